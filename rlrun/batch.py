@@ -1,0 +1,195 @@
+"""SampleBatch: the one data interchange format, in-process or across the network.
+
+A SampleBatch is a dict of equal-length numpy columns (axis 0 = rows = agent steps). Rows of one
+episode are contiguous and in time order, so ``split_by_episode`` is a cheap scan of ``eps_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class SampleBatch(dict[str, np.ndarray]):
+    """A dict of equal-length numpy columns; one or more trajectory fragments.
+
+    Column names are class constants (``SampleBatch.OBS``), as in RLlib, so code never spells them.
+    """
+
+    OBS: ClassVar[str] = "obs"
+    ACTIONS: ClassVar[str] = "actions"
+    REWARDS: ClassVar[str] = "rewards"
+    TERMINATEDS: ClassVar[str] = "terminateds"
+    TRUNCATEDS: ClassVar[str] = "truncateds"
+    EPS_ID: ClassVar[str] = "eps_id"
+    ENV_ID: ClassVar[str] = "env_id"
+    T: ClassVar[str] = "t"
+    ACTION_LOGP: ClassVar[str] = "action_logp"
+    ACTION_DIST_INPUTS: ClassVar[str] = "action_dist_inputs"
+    VF_PREDS: ClassVar[str] = "vf_preds"
+    ADVANTAGES: ClassVar[str] = "advantages"
+    VALUE_TARGETS: ClassVar[str] = "value_targets"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for k, v in self.items():
+            if not isinstance(v, np.ndarray):
+                dict.__setitem__(self, k, np.asarray(v))
+        self._check_lengths()
+
+    # ----------------------------------------------------------------- basics
+    def _check_lengths(self) -> None:
+        lengths = {k: len(v) for k, v in self.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"SampleBatch columns have different lengths: {lengths}")
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        value = np.asarray(value)
+        if self and len(value) != len(self):
+            raise ValueError(f"column '{key}' has {len(value)} rows, the batch has {len(self)}")
+        super().__setitem__(key, value)
+
+    def __len__(self) -> int:  # number of rows, not of columns
+        for v in self.values():
+            return int(v.shape[0])
+        return 0
+
+    @property
+    def count(self) -> int:
+        """Number of rows (agent steps)."""
+        return len(self)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.keys())
+
+    def __bool__(self) -> bool:
+        return dict.__len__(self) > 0
+
+    def copy(self) -> SampleBatch:
+        return SampleBatch({k: v.copy() for k, v in self.items()})
+
+    # ----------------------------------------------------------------- slicing
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return dict.__getitem__(self, key)
+        if isinstance(key, slice | np.ndarray | list):
+            return self.slice(key)
+        raise TypeError(f"SampleBatch index must be a column name, slice or index array, not {key!r}")
+
+    def slice(self, index: slice | np.ndarray | list[int]) -> SampleBatch:
+        """Rows selected by a slice (a view, no copy) or an index/bool array (a copy)."""
+        out = SampleBatch()
+        for k, v in self.items():
+            dict.__setitem__(out, k, v[index])
+        return out
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Iterate rows as ``{column: value}`` dicts (slow; for inspection and tests)."""
+        for i in range(len(self)):
+            yield {k: v[i] for k, v in self.items()}
+
+    def shuffle(self, rng: np.random.Generator | None = None) -> SampleBatch:
+        """A row-permuted copy (episodes are no longer contiguous afterwards)."""
+        rng = rng if rng is not None else np.random.default_rng()
+        return self.slice(rng.permutation(len(self)))
+
+    def minibatches(
+        self, size: int, rng: np.random.Generator | None = None, shuffle: bool = True
+    ) -> Iterator[SampleBatch]:
+        """Minibatches of ``size`` rows covering the batch once; the last one may be smaller."""
+        if size <= 0:
+            raise ValueError(f"minibatch size must be positive, got {size}")
+        n = len(self)
+        order = (rng if rng is not None else np.random.default_rng()).permutation(n) if shuffle else None
+        for start in range(0, n, size):
+            if order is None:
+                yield self.slice(slice(start, start + size))
+            else:
+                yield self.slice(order[start : start + size])
+
+    def split_by_episode(self) -> list[SampleBatch]:
+        """One batch per contiguous run of equal ``eps_id`` (episodes must be contiguous)."""
+        if self.EPS_ID not in self:
+            raise KeyError(f"split_by_episode needs the '{self.EPS_ID}' column; columns: {self.columns}")
+        ids = self[self.EPS_ID]
+        if len(ids) == 0:
+            return []
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        ends = np.r_[starts[1:], len(ids)]
+        return [self.slice(slice(int(s), int(e))) for s, e in zip(starts, ends, strict=True)]
+
+    # ----------------------------------------------------------------- summary
+    def summary(self) -> str:
+        """``{'obs': np.ndarray((200, 4), dtype=float32, min=-2.46, max=2.259, mean=0.016), ...}``."""
+        return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in self.items()) + "}"
+
+    def __repr__(self) -> str:
+        return f"SampleBatch({len(self)}: {self.summary()})"
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _describe(v: np.ndarray) -> str:
+    head = f"np.ndarray({tuple(v.shape)}, dtype={v.dtype}"
+    if v.size == 0 or not (np.issubdtype(v.dtype, np.number) or v.dtype == np.bool_):
+        return head + ")"
+    x = v.astype(np.float64, copy=False)
+    return f"{head}, min={_g(x.min())}, max={_g(x.max())}, mean={_g(x.mean())})"
+
+
+def _g(x: float) -> str:
+    return f"{float(x):.4g}"
+
+
+def concat_samples(batches: Sequence[SampleBatch] | Iterable[SampleBatch]) -> SampleBatch:
+    """Concatenate batches row-wise; every batch must have the same columns."""
+    batches = [b for b in batches if b]
+    if not batches:
+        return SampleBatch()
+    keys = batches[0].keys()
+    for i, b in enumerate(batches[1:], start=1):
+        if b.keys() != keys:
+            raise ValueError(
+                f"concat_samples: batch {i} has columns {sorted(b.keys())}, batch 0 has {sorted(keys)}"
+            )
+    if len(batches) == 1:
+        return batches[0]
+    out = SampleBatch()
+    for k in keys:
+        dict.__setitem__(out, k, np.concatenate([b[k] for b in batches]))
+    return out
+
+
+class MultiAgentBatch:
+    """``{policy_id: SampleBatch}`` plus the number of env steps they came from.
+
+    Agent steps (rows) and env steps differ when several agents act in one env step.
+    """
+
+    def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int) -> None:
+        self.policy_batches: dict[str, SampleBatch] = dict(policy_batches)
+        self.env_steps = int(env_steps)
+
+    def agent_steps(self) -> int:
+        return sum(len(b) for b in self.policy_batches.values())
+
+    def __getitem__(self, policy_id: str) -> SampleBatch:
+        return self.policy_batches[policy_id]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{pid!r}: {b!r}" for pid, b in self.policy_batches.items())
+        return f"MultiAgentBatch(env_steps={self.env_steps}, {{{inner}}})"
+
+    @staticmethod
+    def concat(batches: Sequence[MultiAgentBatch]) -> MultiAgentBatch:
+        ids: dict[str, list[SampleBatch]] = {}
+        for mb in batches:
+            for pid, b in mb.policy_batches.items():
+                ids.setdefault(pid, []).append(b)
+        return MultiAgentBatch(
+            {pid: concat_samples(bs) for pid, bs in ids.items()}, sum(b.env_steps for b in batches)
+        )

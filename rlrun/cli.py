@@ -1,0 +1,62 @@
+"""The ``rlrun`` command: Hydra composes the config, rlrun validates it, then ``run(cfg)``.
+
+This is the only module that sees a DictConfig. Config mistakes exit with status 2 and one line
+naming the key and the value, before any env, model or Ray starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from rlrun.checkpoint import CheckpointError
+from rlrun.config import ConfigError, RunConfig, build_config
+from rlrun.registry import RegistryError, load_plugins
+from rlrun.tracking import TrackingError
+
+USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError)
+
+
+def compose_to_config(cfg: DictConfig, launch_dir: str) -> RunConfig:
+    """Resolved Hydra config -> validated RunConfig (plugins imported first)."""
+    try:
+        raw: Any = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:  # an interpolation that does not resolve
+        raise ConfigError(f"config does not resolve: {e}") from None
+    plugins = raw.get("plugins") or []
+    if not isinstance(plugins, list):
+        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
+    load_plugins([str(p) for p in plugins], search_dirs=[launch_dir])
+    hc = HydraConfig.get()
+    if raw.get("output_dir") is None:
+        raw["output_dir"] = hc.runtime.output_dir
+    if raw.get("experiment") is None:
+        raw["experiment"] = hc.runtime.choices.get("experiment")
+    return build_config(raw)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")
+def _main(cfg: DictConfig) -> float | None:
+    from rlrun.run import run
+
+    launch_dir = os.getcwd()  # version_base 1.3: Hydra does not chdir
+    try:
+        run_cfg = compose_to_config(cfg, launch_dir)
+        result = run(run_cfg, launch_dir=launch_dir)
+    except USER_ERRORS as e:
+        print(f"rlrun: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return result.metrics.get("rollout/episode_return_mean")
+
+
+def main() -> None:
+    _main()
+
+
+if __name__ == "__main__":
+    main()

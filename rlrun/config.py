@@ -1,0 +1,326 @@
+"""Typed config schemas and the validation that runs before any env, model or Ray starts.
+
+Hydra composes YAML into a DictConfig; ``cli.py`` resolves it to plain data and calls
+``build_config``, which returns a ``RunConfig`` of dataclasses or raises ``ConfigError`` with one
+message naming the key and the offending value. The algo, loss and model sections are checked
+against the schema that their *registry entry* declares, so a plugin's algo or loss brings its own
+schema and gets the same checks as the built-in ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError, suggest
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; ``str()`` is the complete message shown to the user."""
+
+
+# --------------------------------------------------------------------------- schemas
+@dataclass
+class AlgoConfig:
+    """Options every algorithm has. Subclasses (``PPOConfig``) add their own."""
+
+    name: str = "ppo"
+    lr: float = 3e-4
+    # piecewise-linear schedule over env steps sampled: [[0, 3e-4], [100000, 0.0]]; overrides lr
+    lr_schedule: list[list[float]] | None = None
+    gamma: float = 0.99
+    train_batch_size: int = 256  # env steps per training iteration (see rollout.*)
+    num_sgd_iter: int = 1  # passes over the train batch per iteration
+    sgd_minibatch_size: int | None = None  # None: the whole batch in one step
+    grad_clip: float | None = 0.5  # global L2 norm; None: no clipping
+    adam_eps: float = 1e-5
+
+
+@dataclass
+class LossConfig:
+    """Options every loss has; losses with coefficients subclass it."""
+
+    name: str = "pg"
+
+
+@dataclass
+class ModelConfig:
+    name: str = "mlp"
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"  # an rlrun-registered env name or any gymnasium id
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
+    # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync)
+    vectorize: Literal["auto", "vector_entry_point", "sync"] = "auto"
+
+
+@dataclass
+class RolloutConfig:
+    num_workers: int = 0  # remote rollout workers; 0 = sample in-process, no Ray
+    num_envs_per_worker: int = 8  # sub-envs per worker, stepped as one vector env
+    rollout_fragment_length: int = 32  # vector steps per sub-env per sample() call
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+
+
+@dataclass
+class TrackingConfig:
+    backend: Literal["mlflow", "none"] = "mlflow"
+    tracking_uri: str | None = None  # None: sqlite:///<launch dir>/mlflow.db
+    artifact_location: str | None = None  # None: <dir of the sqlite file>/mlartifacts
+    experiment_name: str | None = None  # None: the +experiment config's name, else "default"
+    run_name: str | None = None
+
+
+STOP_COUNTERS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")
+
+
+@dataclass
+class RunConfig:
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 0
+    # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
+    stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 10})
+    plugins: list[str] = field(default_factory=list)  # modules imported before registries are read
+    output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
+    torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
+    progress: bool = True  # live console progress line
+    experiment: str | None = None  # name of the +experiment preset, set by the cli
+
+
+# --------------------------------------------------------------------------- conversion
+def from_dict(cls: type, data: Any, path: str) -> Any:
+    """Build dataclass ``cls`` from plain ``data``, checking keys and types; ``path`` names it."""
+    if dataclasses.is_dataclass(data):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of options, got {_show(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            raise ConfigError(
+                f"{_join(path, key)}: unknown key{suggest(str(key), list(fields))}. "
+                f"Valid keys{' for ' + path if path else ''}: {', '.join(fields)}"
+            )
+    kwargs = {k: _check(hints[k], v, _join(path, k)) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _show(v: Any) -> str:
+    return f"{v!r} ({type(v).__name__})"
+
+
+def _check(tp: Any, v: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return v
+    if origin in (Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check(a, v, path)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {_show(v)} matches none of {tp}")
+    if origin is Literal:
+        if v not in args:
+            raise ConfigError(
+                f"{path}: {v!r} is not one of {', '.join(map(repr, args))}{suggest(str(v), list(map(str, args)))}"
+            )
+        return v
+    if origin is list:
+        if not isinstance(v, list | tuple):
+            raise ConfigError(f"{path}: expected a list, got {_show(v)}")
+        return [_check(args[0], x, f"{path}[{i}]") for i, x in enumerate(v)]
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {_show(v)}")
+        return {str(k): _check(args[1], x, _join(path, k)) for k, x in v.items()}
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ConfigError(f"{path}: expected true or false, got {_show(v)}")
+        return v
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{path}: expected an integer, got {_show(v)}")
+        return v
+    if tp is float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ConfigError(f"{path}: expected a number, got {_show(v)}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, str):
+            raise ConfigError(f"{path}: expected a string, got {_show(v)}")
+        return v
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, v, path)
+    raise TypeError(f"schema type {tp} at {path} is not supported by rlrun.config")
+
+
+# --------------------------------------------------------------------------- build + cross checks
+def _schema(registry: Any, section: dict[str, Any], key: str, default_cls: type) -> type:
+    name = section.get("name")
+    if not isinstance(name, str):
+        raise ConfigError(f"{key}.name: expected a registered {registry.kind} name, got {_show(name)}")
+    try:
+        cls = registry.entry(name, f"{key}.name").config_cls
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+    return cls or default_cls
+
+
+def build_config(raw: dict[str, Any]) -> RunConfig:
+    """Validate plain config data (a resolved Hydra config) into a ``RunConfig``.
+
+    Raises ``ConfigError`` naming the key and the value for: unknown keys, wrong types, unknown
+    registry names, unknown stop keys, impossible batch arithmetic and algo/loss mismatches.
+    Registries must already hold plugins (``registry.load_plugins``).
+    """
+    raw = dict(raw)
+    sections: dict[str, Any] = {}
+    for key, registry, base in (("algo", ALGOS, AlgoConfig), ("loss", LOSSES, LossConfig),
+                                ("model", MODELS, ModelConfig)):
+        section = raw.pop(key, None)
+        if section is None:
+            section = {"name": base().name}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{key}: expected a mapping with a 'name', got {_show(section)}")
+        sections[key] = from_dict(_schema(registry, section, key, base), section, key)
+    cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
+    cfg.stop = normalize_stop(raw.get("stop", cfg.stop))
+    check_config(cfg)
+    return cfg
+
+
+def normalize_stop(stop: Any) -> dict[str, float]:
+    """Flatten ``{rollout: {episode_return_mean: 475}}`` to ``{"rollout/episode_return_mean": 475}``.
+
+    Both spellings are accepted so that ``+stop.rollout.episode_return_mean=400`` works from the
+    command line (Hydra's override grammar has no ``/`` in keys).
+    """
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        for k, v in node.items():
+            name = f"{prefix}/{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                walk(name, v)
+            elif v is None:
+                continue  # `stop.timesteps_total=null` removes a criterion
+            elif isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f"stop.{name}: expected a number, got {_show(v)}")
+            elif name in out and out[name] != v:
+                raise ConfigError(f"stop.{name}: given twice with different values ({out[name]} and {v})")
+            else:
+                out[name] = float(v)
+
+    if not isinstance(stop, dict):
+        raise ConfigError(f"stop: expected a mapping of criteria, got {_show(stop)}")
+    walk("", stop)
+    return out
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit."""
+    from rlrun.envs import check_env_id
+    from rlrun.trainer import reported_metrics
+
+    algo_cls = ALGOS.get(cfg.algo.name)
+    loss_entry = LOSSES.entry(cfg.loss.name)
+    try:
+        check_env_id(cfg.env.id)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+
+    # the loss needs columns that the algo's postprocessing must produce
+    provided = set(algo_cls.provides_columns)
+    missing = [c for c in loss_entry.info.get("requires", ()) if c not in provided]
+    if missing:
+        raise ConfigError(
+            f"loss.name: loss '{cfg.loss.name}' needs batch columns {missing} that algo "
+            f"'{cfg.algo.name}' does not produce (it produces {sorted(provided)}). "
+            f"Pick a loss made for '{cfg.algo.name}', e.g. loss={algo_cls.default_loss}"
+        )
+
+    # stop criteria
+    if not cfg.stop:
+        raise ConfigError(f"stop: no stop criterion; set at least one of {', '.join(STOP_COUNTERS)}")
+    known = set(STOP_COUNTERS) | set(reported_metrics(algo_cls, loss_entry))
+    for key, value in cfg.stop.items():
+        if key not in known:
+            raise ConfigError(
+                f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
+                f"{suggest(key, sorted(known))}. Stop keys: {', '.join(sorted(known))}"
+            )
+        if key in STOP_COUNTERS and value <= 0:
+            raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
+
+    # batch arithmetic
+    r, a = cfg.rollout, cfg.algo
+    for key, value in (("rollout.rollout_fragment_length", r.rollout_fragment_length),
+                       ("rollout.num_envs_per_worker", r.num_envs_per_worker),
+                       ("algo.train_batch_size", a.train_batch_size)):
+        if value < 1:
+            raise ConfigError(f"{key}: must be at least 1, got {value}")
+    if r.num_workers < 0:
+        raise ConfigError(f"rollout.num_workers: must be 0 (in-process) or more, got {r.num_workers}")
+    round_size = r.rollout_fragment_length * r.num_envs_per_worker * max(r.num_workers, 1)
+    formula = (f"rollout_fragment_length x num_envs_per_worker x max(num_workers, 1) = "
+               f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {max(r.num_workers, 1)} = {round_size}")
+    if a.train_batch_size % round_size:
+        lo = max(round_size, a.train_batch_size // round_size * round_size)
+        raise ConfigError(
+            f"algo.train_batch_size: {a.train_batch_size} is not a multiple of one sampling round, {formula}; "
+            f"use algo.train_batch_size={lo} or {lo + round_size if lo < a.train_batch_size else lo}, "
+            "or change the rollout sizes"
+        )
+    mb = a.sgd_minibatch_size
+    if mb is not None and not 1 <= mb <= a.train_batch_size:
+        raise ConfigError(
+            f"algo.sgd_minibatch_size: {mb} must be between 1 and algo.train_batch_size={a.train_batch_size}"
+        )
+    if a.num_sgd_iter < 1:
+        raise ConfigError(f"algo.num_sgd_iter: must be at least 1, got {a.num_sgd_iter}")
+    if a.lr <= 0 and a.lr_schedule is None:
+        raise ConfigError(f"algo.lr: must be positive, got {a.lr:g}")
+    if not 0.0 <= a.gamma <= 1.0:
+        raise ConfigError(f"algo.gamma: must be in [0, 1], got {a.gamma:g}")
+    if a.lr_schedule is not None:
+        steps = [p[0] for p in a.lr_schedule]
+        if any(len(p) != 2 for p in a.lr_schedule) or steps != sorted(steps) or not steps:
+            raise ConfigError(
+                f"algo.lr_schedule: expected [[env_step, lr], ...] with increasing env steps, got {a.lr_schedule}"
+            )
+        if any(p[1] < 0 for p in a.lr_schedule):
+            raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
+    if cfg.torch_threads < 1:
+        raise ConfigError(f"torch_threads: must be at least 1, got {cfg.torch_threads}")
+    if r.num_workers > 0:
+        raise ConfigError(
+            f"rollout.num_workers: {r.num_workers} remote workers need the Ray WorkerSet, which this "
+            "version does not have yet; use rollout.num_workers=0 (in-process sampling)"
+        )
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A RunConfig (or any config dataclass) as plain nested data, for logging and checkpoints."""
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,87 @@
+"""Models: torch modules mapping observations to action-distribution inputs and value estimates.
+
+A MODELS entry is a class ``(obs_space, action_space, num_outputs, config) -> nn.Module`` whose
+``forward(obs [B, *obs_shape]) -> ModelOutput(dist_inputs [B, num_outputs], values [B])``.
+One call serves acting and learning, so a vector step costs one forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrun.config import ModelConfig
+from rlrun.registry import MODELS
+
+
+class ModelOutput(NamedTuple):
+    dist_inputs: torch.Tensor  # [B, num_outputs]
+    values: torch.Tensor  # [B]
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+}
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    name: str = "mlp"
+    hiddens: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    vf_share_layers: bool = False  # one torso for policy and value, or two separate MLPs
+    # Gaussian policies: a state-independent learned log-std (True) or one output per action (False)
+    free_log_std: bool = True
+    init_log_std: float = 0.0
+    action_dist: str | None = None  # None: categorical for Discrete, diag_gaussian for Box
+
+
+def _mlp(sizes: list[int], act: type[nn.Module]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+        layers += [_init(nn.Linear(a, b), np.sqrt(2)), act()]
+    return nn.Sequential(*layers)
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    # orthogonal init with small policy-head gain (Andrychowicz et al. 2021, "What matters in on-policy RL")
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+@MODELS.register("mlp", config=MLPConfig)
+class MLPModel(nn.Module):
+    """Fully connected actor-critic with a shared or a separate value network."""
+
+    def __init__(
+        self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: MLPConfig
+    ) -> None:
+        super().__init__()
+        if config.activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation: unknown '{config.activation}', known: {list(ACTIVATIONS)}")
+        act = ACTIVATIONS[config.activation]
+        in_dim = int(np.prod(obs_space.shape))
+        sizes = [in_dim, *config.hiddens]
+        self.free_log_std = config.free_log_std and isinstance(action_space, gym.spaces.Box)
+        head_out = num_outputs // 2 if self.free_log_std else num_outputs
+        self.torso = _mlp(sizes, act)
+        self.vf_torso = None if config.vf_share_layers else _mlp(sizes, act)
+        self.pi_head = _init(nn.Linear(sizes[-1], head_out), 0.01)
+        self.vf_head = _init(nn.Linear(sizes[-1], 1), 1.0)
+        if self.free_log_std:
+            self.log_std = nn.Parameter(torch.full((head_out,), float(config.init_log_std)))
+
+    def forward(self, obs: torch.Tensor) -> ModelOutput:
+        x = obs.reshape(obs.shape[0], -1).float()
+        h = self.torso(x)
+        logits = self.pi_head(h)
+        if self.free_log_std:
+            logits = torch.cat([logits, self.log_std.expand_as(logits)], dim=-1)
+        hv = h if self.vf_torso is None else self.vf_torso(x)
+        return ModelOutput(logits, self.vf_head(hv).squeeze(-1))

@@ -1,0 +1,79 @@
+"""Return and advantage math as pure numpy functions, tested against hand-computed arrays.
+
+Arrays are time-major: ``[T]`` for one sub-env or ``[T, B]`` for B sub-envs stepped together.
+Episode ends keep "terminated" (the MDP ended: the next value is 0) apart from "truncated" (a time
+limit cut it: the next value is V(final observation) and we bootstrap from it). A fragment cut
+(the last row of a fragment, mid-episode) bootstraps exactly like a truncation.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class GaeResult(NamedTuple):
+    advantages: np.ndarray  # [T, ...] float32
+    value_targets: np.ndarray  # [T, ...] float32, advantages + values (the critic's regression target)
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminateds: np.ndarray,
+    ends: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> GaeResult:
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 11-16).
+
+    Args:
+        rewards: ``[T, ...]`` reward received after the action at step t.
+        values: ``[T, ...]`` V(s_t) predicted when acting.
+        next_values: ``[T, ...]`` V(s_{t+1}); at a truncation or fragment cut this must be the value of
+            the final observation (the bootstrap). Ignored where ``terminateds`` is set.
+        terminateds: ``[T, ...]`` bool, the episode ended in a terminal state after step t.
+        ends: ``[T, ...]`` bool, the advantage recursion stops after step t (terminated, truncated,
+            or the row is the last of its trajectory segment).
+        gamma: discount factor; lam: GAE lambda (1.0 = Monte-Carlo returns minus values).
+    """
+    shape = rewards.shape
+    for name, arr in (("values", values), ("next_values", next_values), ("terminateds", terminateds),
+                      ("ends", ends)):
+        if arr.shape != shape:
+            raise ValueError(f"compute_gae: {name} has shape {arr.shape}, rewards has {shape}")
+    not_term = 1.0 - terminateds.astype(np.float32)
+    deltas = rewards + gamma * next_values * not_term - values
+    carry = gamma * lam * (1.0 - ends.astype(np.float32))
+    adv = np.zeros(shape, dtype=np.float32)
+    last = np.zeros(shape[1:], dtype=np.float32)
+    for t in range(shape[0] - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        adv[t] = last
+    return GaeResult(adv, (adv + values).astype(np.float32))
+
+
+def discounted_returns(
+    rewards: np.ndarray,
+    ends: np.ndarray,
+    gamma: float,
+    bootstrap: np.ndarray | None = None,
+) -> np.ndarray:
+    """Discounted reward-to-go within each episode segment: ``G_t = r_t + gamma * G_{t+1}``.
+
+    ``ends[t]`` stops the sum after step t. ``bootstrap`` (``[T, ...]``, optional) is added at rows
+    that end a segment without terminating (truncation or fragment cut): ``G_t = r_t + gamma * b_t``;
+    leave it ``None`` for plain REINFORCE returns.
+    """
+    zeros = np.zeros_like(rewards, dtype=np.float32)
+    nv = zeros if bootstrap is None else np.where(ends, bootstrap, 0.0).astype(np.float32)
+    term = np.zeros(rewards.shape, dtype=bool)
+    return compute_gae(rewards.astype(np.float32), zeros, nv, term, ends, gamma, 1.0).advantages
+
+
+def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    """1 - Var[y_true - y_pred] / Var[y_true]; 1 is perfect, 0 is no better than a constant."""
+    var_y = float(np.var(y_true))
+    return float("nan") if var_y == 0 else 1.0 - float(np.var(y_true - y_pred)) / var_y

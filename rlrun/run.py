@@ -1,0 +1,113 @@
+"""``run(cfg)``: build the trainer, train until a stop criterion, checkpoint, track, return.
+
+Tests and the CLI both call this; it takes a validated ``RunConfig`` or plain config data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from rlrun.checkpoint import save_checkpoint
+from rlrun.config import STOP_COUNTERS, RunConfig, build_config, to_dict
+from rlrun.registry import ALGOS, load_plugins
+from rlrun.tracking import ProgressLine, git_sha, make_tracker, params_from_config, version_tags
+
+
+@dataclass
+class RunResult:
+    metrics: dict[str, float]  # the last iteration's result
+    stop_reason: str
+    target_met: bool  # a metric threshold in `stop` was reached (not just a budget)
+    checkpoint_dir: Path
+    output_dir: Path
+    run_id: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str | None:
+    """The first criterion met (``result[key] >= value``), or None. NaN never meets one."""
+    for key, value in stop.items():
+        v = result.get(key)
+        if v is not None and not math.isnan(v) and v >= value:
+            return f"{key} = {v:g} >= {value:g}"
+    return None
+
+
+def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None) -> RunResult:
+    """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
+    defaults (the MLflow store, plugin imports); it defaults to the current directory."""
+    launch = Path(launch_dir or os.getcwd()).resolve()
+    if not isinstance(cfg, RunConfig):
+        plugins = cfg.get("plugins") or []
+        load_plugins(list(plugins), search_dirs=[launch])
+        cfg = build_config(dict(cfg))
+    else:
+        load_plugins(cfg.plugins, search_dirs=[launch])
+    torch.set_num_threads(cfg.torch_threads)
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else Path(tempfile.mkdtemp(prefix="rlrun-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config_dict = to_dict(cfg)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+
+    experiment = cfg.experiment or "default"
+    tracker = make_tracker(cfg.tracking, launch, experiment)
+    tags = {
+        "rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
+        "rlrun.experiment": experiment, "rlrun.seed": str(cfg.seed),
+        "mlflow.source.git.commit": git_sha(launch), "git_sha": git_sha(launch), **version_tags(),
+    }
+    tracker.start(params_from_config(config_dict), tags)
+    tracker.log_artifact(out_dir / "config.yaml")
+
+    progress = ProgressLine(cfg.progress)
+    trainer = None
+    result: dict[str, float] = {}
+    history: list[dict[str, float]] = []
+    reason = "not started"
+    status = "FAILED"
+    ckpt = out_dir / "checkpoints"
+    try:
+        trainer = ALGOS.get(cfg.algo.name, "algo.name")(cfg)
+        while True:
+            result = trainer.train()
+            history.append(result)
+            tracker.check()
+            tracker.log_metrics(result, step=int(result["timesteps_total"]))
+            progress.update(result)
+            met = stop_reason(cfg.stop, result)
+            if met:
+                reason = met
+                break
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status, reason = "KILLED", "interrupted (Ctrl-C)"
+        raise
+    except BaseException as e:
+        reason = f"failed: {type(e).__name__}: {e}"
+        raise
+    finally:
+        progress.close(result or None, reason)
+        try:
+            if trainer is not None and trainer.iteration > 0:
+                ckpt = ckpt / f"iter_{trainer.iteration:06d}"
+                meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(),
+                        **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
+                save_checkpoint(ckpt, trainer.get_state(), meta, config_dict)
+                tracker.log_artifacts(ckpt, f"checkpoints/{ckpt.name}")
+        finally:
+            if trainer is not None:
+                trainer.stop()
+            tracker.end(status)
+    metric_keys = [k for k in cfg.stop if k not in STOP_COUNTERS]
+    target_met = any(stop_reason({k: cfg.stop[k]}, result) for k in metric_keys)
+    return RunResult(result, reason, target_met, ckpt, out_dir, tracker.run_id, history)

@@ -1,0 +1,168 @@
+"""Trainer: coordinates one training iteration.
+
+    sample from every worker until train_batch_size env steps -> concat -> learn -> sync weights
+    -> result dict (counters + ``namespace/name`` metrics)
+
+An algorithm subclasses ``Trainer`` once, sets its config schema, default loss, postprocess
+function and the columns it produces, and overrides at most a hook (``learn``, ``after_learn``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rlrun.batch import SampleBatch, concat_samples
+from rlrun.config import AlgoConfig, RunConfig
+from rlrun.policy import Policy, PolicySpec, PostprocessFn, build_policy
+from rlrun.registry import LOSSES, Entry
+from rlrun.workers import RolloutWorker, WorkerSet, WorkerSpec
+
+ROLLOUT_METRICS = (
+    "rollout/episode_return_mean", "rollout/episode_return_min", "rollout/episode_return_max",
+    "rollout/episode_len_mean", "rollout/episodes_this_iter", "rollout/env_steps_this_iter",
+)
+TIME_METRICS = ("time/env_steps_per_s", "time/sample_s", "time/learn_s", "time/sync_weights_s",
+                "time/iteration_s")
+POLICY_METRICS = ("loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps",
+                  "train/explained_variance")
+COLLECTED_COLUMNS = (SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS, SampleBatch.TERMINATEDS,
+                     SampleBatch.TRUNCATEDS, SampleBatch.EPS_ID, SampleBatch.ACTION_LOGP,
+                     SampleBatch.VF_PREDS, SampleBatch.ACTION_DIST_INPUTS)
+EPISODE_WINDOW = 100  # episode metrics are means over the last 100 completed episodes
+
+
+def reported_metrics(algo_cls: type[Trainer], loss: Entry[Any]) -> list[str]:
+    """Every metric name a run of ``algo_cls`` with ``loss`` reports (valid ``stop`` keys)."""
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *POLICY_METRICS, *algo_cls.metrics]
+    names += [f"loss/{t}" for t in loss.info.get("terms", ())]
+    names += [f"train/{s}" for s in loss.info.get("stats", ())]
+    return sorted(set(names))
+
+
+class Trainer:
+    """Base trainer for synchronous on-policy algorithms (PG, PPO)."""
+
+    config_cls: ClassVar[type[AlgoConfig]] = AlgoConfig
+    default_loss: ClassVar[str] = "pg"
+    postprocess_fn: ClassVar[PostprocessFn | None] = None
+    provides_columns: ClassVar[tuple[str, ...]] = COLLECTED_COLUMNS
+    metrics: ClassVar[tuple[str, ...]] = ()  # extra metric names this algo reports
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.config = cfg.algo
+        loss = LOSSES.entry(cfg.loss.name)
+        self.policy_cls = build_policy(
+            cfg.algo.name, loss_fn=loss.obj, postprocess_fn=type(self).postprocess_fn
+        )
+        worker_spec = WorkerSpec(env=cfg.env, rollout=cfg.rollout, seed=cfg.seed, worker_index=0)
+        local = RolloutWorker(worker_spec, self.make_policy)
+        self.workers = WorkerSet(local)
+        self.policy: Policy = local.policy
+        self.iteration = 0
+        self.timesteps_total = 0
+        self.episodes_total = 0
+        self.time_total_s = 0.0
+        self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
+        self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
+        self.setup()
+
+    def make_policy(self, obs_space: Any, action_space: Any) -> Policy:
+        c = self.cfg
+        return self.policy_cls(PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed))
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self) -> None:
+        """Called once after workers and policy exist."""
+
+    def learn(self, batch: SampleBatch) -> dict[str, float]:
+        return self.policy.learn_on_batch(batch)
+
+    def after_learn(self, stats: dict[str, float]) -> None:
+        """Called after every learn step with its stats (e.g. adapt a KL coefficient)."""
+
+    # ------------------------------------------------------------------ the iteration
+    def sample_batch(self) -> SampleBatch:
+        """Fragments from all workers until ``train_batch_size`` env steps (exact counts are
+        reported: each fragment may hold up to num_envs - 1 extra rows)."""
+        batches: list[SampleBatch] = []
+        n = 0
+        while n < self.config.train_batch_size:
+            for b in self.workers.sample():
+                batches.append(b)
+                n += len(b)
+        return concat_samples(batches)
+
+    def train(self) -> dict[str, float]:
+        """Run one iteration; return counters and metrics."""
+        t0 = time.perf_counter()
+        batch = self.sample_batch()
+        t1 = time.perf_counter()
+        steps = len(batch)
+        self.timesteps_total += steps
+        self.policy.global_timestep = self.timesteps_total
+        stats = self.learn(batch)
+        self.after_learn(stats)
+        t2 = time.perf_counter()
+        self.workers.sync_weights()
+        t3 = time.perf_counter()
+        self.iteration += 1
+        self.time_total_s += t3 - t0
+        episodes = self.workers.get_metrics()
+        self._add_episodes(episodes.returns, episodes.lengths)
+        result: dict[str, float] = {
+            "training_iteration": self.iteration,
+            "timesteps_total": self.timesteps_total,
+            "episodes_total": self.episodes_total,
+            "time_total_s": self.time_total_s,
+            **self._episode_metrics(len(episodes.returns)),
+            "rollout/env_steps_this_iter": steps,
+            "time/env_steps_per_s": steps / max(t3 - t0, 1e-9),
+            "time/sample_s": t1 - t0,
+            "time/learn_s": t2 - t1,
+            "time/sync_weights_s": t3 - t2,
+            "time/iteration_s": t3 - t0,
+            **stats,
+        }
+        return result
+
+    def _add_episodes(self, returns: Iterable[float], lengths: Iterable[int]) -> None:
+        for r, n in zip(returns, lengths, strict=True):
+            self._returns.append(r)
+            self._lengths.append(n)
+            self.episodes_total += 1
+
+    def _episode_metrics(self, num_new: int) -> dict[str, float]:
+        nan = math.nan
+        r = np.asarray(self._returns, dtype=np.float64)
+        return {
+            "rollout/episode_return_mean": float(r.mean()) if len(r) else nan,
+            "rollout/episode_return_min": float(r.min()) if len(r) else nan,
+            "rollout/episode_return_max": float(r.max()) if len(r) else nan,
+            "rollout/episode_len_mean": float(np.mean(self._lengths)) if len(r) else nan,
+            "rollout/episodes_this_iter": float(num_new),
+        }
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.get_state(),
+            "counters": {
+                "training_iteration": self.iteration,
+                "timesteps_total": self.timesteps_total,
+                "episodes_total": self.episodes_total,
+                "time_total_s": self.time_total_s,
+            },
+            "torch_rng": torch.get_rng_state(),
+            "policy_rng": self.policy.generator.get_state(),
+        }
+
+    def stop(self) -> None:
+        self.workers.stop()

@@ -1,0 +1,219 @@
+"""RolloutWorker (one vector env + a policy copy) and WorkerSet (the workers of one run).
+
+Gymnasium 1.x vector envs autoreset on the *next* step: after a sub-env reports terminated or
+truncated, the following ``step`` ignores its action, resets it and returns reward 0. That dummy
+step is recorded as an invalid row and never enters a batch. Its value prediction, computed on the
+episode's final observation, is exactly the bootstrap value a truncated episode needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+
+from rlrun.batch import SampleBatch
+from rlrun.config import EnvConfig, RolloutConfig
+from rlrun.envs import make_vector_env
+from rlrun.policy import Policy
+
+SB = SampleBatch
+VALID = "valid"  # time-major fragments only: False on dummy autoreset rows and dropped tails
+
+
+class EpisodeStats(NamedTuple):
+    returns: list[float]
+    lengths: list[int]
+
+
+@dataclass
+class WorkerSpec:
+    """Plain data from which a worker (local or remote) builds its env."""
+
+    env: EnvConfig
+    rollout: RolloutConfig
+    seed: int
+    worker_index: int = 0  # 0 = the local worker
+
+
+class RolloutWorker:
+    """Samples fragments of ``rollout_fragment_length`` steps per sub-env with batched inference."""
+
+    def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], Policy]) -> None:
+        self.spec = spec
+        r = spec.rollout
+        self.num_envs = r.num_envs_per_worker
+        self.fragment_length = r.rollout_fragment_length
+        self.complete_episodes = r.batch_mode == "complete_episodes"
+        self.env = make_vector_env(spec.env.id, self.num_envs, spec.env.kwargs, spec.env.vectorize)
+        self.obs_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        self._box = isinstance(self.action_space, gym.spaces.Box)
+        self.policy = policy_factory(self.obs_space, self.action_space)
+        # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
+        self.obs, _ = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
+        n = self.num_envs
+        self._prev_done = np.zeros(n, dtype=bool)  # these sub-envs take a dummy reset step next
+        self._ep_return = np.zeros(n, dtype=np.float64)
+        self._ep_len = np.zeros(n, dtype=np.int64)
+        self._next_eps = n
+        self._id_base = spec.worker_index << 40
+        self._eps_id = self._id_base + np.arange(n, dtype=np.int64)
+        self._episodes = EpisodeStats([], [])
+        self._started = False
+        self.env_steps_sampled = 0
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self) -> SampleBatch:
+        """One fragment: at least ``rollout_fragment_length x num_envs`` rows (fewer than
+        ``num_envs`` extra), postprocessed, rows of each episode contiguous and in time order."""
+        n, target = self.num_envs, self.fragment_length * self.num_envs
+        if self.complete_episodes and self._started:
+            self._restart_episodes()
+        self._started = True
+        cap = self.fragment_length + self.fragment_length // 4 + 4
+        buf = self._alloc(cap)
+        last_end = np.full(n, -1, dtype=np.int64)  # complete_episodes: last step that ended an episode
+        rows_at_end = np.zeros(n, dtype=np.int64)
+        rows_per_env = np.zeros(n, dtype=np.int64)
+        step = 0
+        while True:
+            if step == cap:
+                buf = self._grow(buf, cap)
+                cap *= 2
+            out = self.policy.compute_actions(self.obs)
+            actions = out.actions
+            env_actions = np.clip(actions, self.action_space.low, self.action_space.high) if self._box else actions
+            next_obs, rew, term, trunc, _ = self.env.step(env_actions)
+            valid = ~self._prev_done
+            buf[SB.OBS][step] = self.obs
+            buf[SB.ACTIONS][step] = actions
+            buf[SB.REWARDS][step] = rew
+            buf[SB.TERMINATEDS][step] = term
+            buf[SB.TRUNCATEDS][step] = trunc
+            buf[SB.ACTION_LOGP][step] = out.logp
+            buf[SB.VF_PREDS][step] = out.values
+            buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
+            buf[SB.EPS_ID][step] = self._eps_id
+            buf[VALID][step] = valid
+            rows_per_env += valid
+            self._ep_return += np.where(valid, rew, 0.0)
+            self._ep_len += valid
+            done = (term | trunc) & valid
+            if done.any():
+                self._end_episodes(done)
+                last_end[done] = step
+                rows_at_end[done] = rows_per_env[done]
+            self._prev_done = done
+            self.obs = next_obs
+            step += 1
+            rows = int(rows_at_end.sum()) if self.complete_episodes else int(rows_per_env.sum())
+            if rows >= target:
+                break
+        frag = SampleBatch({k: v[:step] for k, v in buf.items()})
+        if self.complete_episodes:  # drop each sub-env's unfinished tail
+            frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
+        last_values = self.policy.compute_values(self.obs)
+        frag = self.policy.postprocess_trajectory(frag, last_values)
+        batch = flatten_fragment(frag)
+        self.env_steps_sampled += len(batch)
+        return batch
+
+    def _alloc(self, cap: int) -> dict[str, np.ndarray]:
+        n = self.num_envs
+        obs_space, act_space = self.obs_space, self.action_space
+        k = self.policy.dist_class.required_inputs(act_space)
+        return {
+            SB.OBS: np.zeros((cap, n, *obs_space.shape), dtype=obs_space.dtype),
+            SB.ACTIONS: np.zeros((cap, n, *act_space.shape), dtype=np.float32 if self._box else np.int64),
+            SB.REWARDS: np.zeros((cap, n), dtype=np.float32),
+            SB.TERMINATEDS: np.zeros((cap, n), dtype=bool),
+            SB.TRUNCATEDS: np.zeros((cap, n), dtype=bool),
+            SB.ACTION_LOGP: np.zeros((cap, n), dtype=np.float32),
+            SB.VF_PREDS: np.zeros((cap, n), dtype=np.float32),
+            SB.ACTION_DIST_INPUTS: np.zeros((cap, n, k), dtype=np.float32),
+            SB.EPS_ID: np.zeros((cap, n), dtype=np.int64),
+            VALID: np.zeros((cap, n), dtype=bool),
+        }
+
+    @staticmethod
+    def _grow(buf: dict[str, np.ndarray], cap: int) -> dict[str, np.ndarray]:
+        return {k: np.concatenate([v, np.zeros_like(v)]) for k, v in buf.items()}
+
+    def _end_episodes(self, done: np.ndarray) -> None:
+        self._episodes.returns.extend(self._ep_return[done].tolist())
+        self._episodes.lengths.extend(self._ep_len[done].tolist())
+        self._ep_return[done] = 0.0
+        self._ep_len[done] = 0
+        k = int(done.sum())
+        self._eps_id[done] = self._id_base + self._next_eps + np.arange(k)
+        self._next_eps += k
+
+    def _restart_episodes(self) -> None:
+        """complete_episodes: unfinished episodes were dropped, so every sub-env starts afresh."""
+        self.obs, _ = self.env.reset()
+        self._prev_done[:] = False
+        self._ep_return[:] = 0.0
+        self._ep_len[:] = 0
+        self._end_episodes(np.zeros(self.num_envs, dtype=bool))
+        n = self.num_envs
+        self._eps_id = self._id_base + self._next_eps + np.arange(n, dtype=np.int64)
+        self._next_eps += n
+
+    # ------------------------------------------------------------------ metrics / weights
+    def get_metrics(self) -> EpisodeStats:
+        """Episodes completed since the last call (and forget them)."""
+        out, self._episodes = self._episodes, EpisodeStats([], [])
+        return out
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.get_weights()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.policy.set_weights(weights)
+
+    def stop(self) -> None:
+        self.env.close()
+
+
+def flatten_fragment(frag: SampleBatch) -> SampleBatch:
+    """Time-major ``[T, B, ...]`` fragment -> flat batch of its valid rows, sub-env by sub-env
+    (so each episode's rows are contiguous and in time order)."""
+    valid = frag[VALID].T  # [B, T]
+    out = SampleBatch()
+    for k, v in frag.items():
+        if k != VALID:
+            dict.__setitem__(out, k, np.swapaxes(v, 0, 1)[valid])
+    return out
+
+
+def fragment_ends(frag: SampleBatch) -> np.ndarray:
+    """``[T, B]`` bool: rows after which the return recursion stops (episode end or fragment cut)."""
+    ends = frag[SB.TERMINATEDS] | frag[SB.TRUNCATEDS]
+    ends[-1] = True
+    return ends
+
+
+class WorkerSet:
+    """The local worker plus (later) remote workers. With ``num_workers: 0`` there is only the
+    local worker, sampling in-process, and Ray is never imported."""
+
+    def __init__(self, local_worker: RolloutWorker) -> None:
+        self.local_worker = local_worker
+
+    def sample(self) -> list[SampleBatch]:
+        """One fragment from every worker (in parallel once there are remote workers)."""
+        return [self.local_worker.sample()]
+
+    def get_metrics(self) -> EpisodeStats:
+        return self.local_worker.get_metrics()
+
+    def sync_weights(self) -> None:
+        """Broadcast the local policy's weights to remote workers (none yet: the local worker
+        shares the learner's policy object)."""
+
+    def stop(self) -> None:
+        self.local_worker.stop()
