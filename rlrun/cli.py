@@ -22,22 +22,35 @@ from rlrun.tracking import TrackingError
 USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError)
 
 
-def compose_to_config(cfg: DictConfig, launch_dir: str) -> RunConfig:
+def compose_to_config(
+    cfg: DictConfig, launch_dir: str, experiment: str | None = None, output_dir: str | None = None
+) -> RunConfig:
     """Resolved Hydra config -> validated RunConfig (plugins imported first)."""
     try:
         raw: Any = OmegaConf.to_container(cfg, resolve=True)
     except Exception as e:  # an interpolation that does not resolve
         raise ConfigError(f"config does not resolve: {e}") from None
+    raw.pop("hydra", None)
     plugins = raw.get("plugins") or []
     if not isinstance(plugins, list):
         raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
     load_plugins([str(p) for p in plugins], search_dirs=[launch_dir])
-    hc = HydraConfig.get()
     if raw.get("output_dir") is None:
-        raw["output_dir"] = hc.runtime.output_dir
+        raw["output_dir"] = output_dir
     if raw.get("experiment") is None:
-        raw["experiment"] = hc.runtime.choices.get("experiment")
+        raw["experiment"] = experiment
     return build_config(raw)
+
+
+def compose(overrides: list[str], launch_dir: str | None = None) -> RunConfig:
+    """Compose and validate a config exactly as ``rlrun <overrides>`` would (for tests and tools)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module("rlrun.conf", version_base="1.3"):
+        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+        experiment = cfg.hydra.runtime.choices.get("experiment")
+    return compose_to_config(cfg, launch_dir or os.getcwd(), experiment)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")
@@ -46,7 +59,9 @@ def _main(cfg: DictConfig) -> float | None:
 
     launch_dir = os.getcwd()  # version_base 1.3: Hydra does not chdir
     try:
-        run_cfg = compose_to_config(cfg, launch_dir)
+        hc = HydraConfig.get()
+        run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"),
+                                    hc.runtime.output_dir)
         result = run(run_cfg, launch_dir=launch_dir)
     except USER_ERRORS as e:
         print(f"rlrun: error: {e}", file=sys.stderr)

@@ -82,7 +82,8 @@ class Policy:
         self.model: nn.Module = MODELS.get(spec.model.name)(
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.algo.lr, eps=spec.algo.adam_eps)
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(self._params, lr=spec.algo.lr, eps=spec.algo.adam_eps, fused=True)
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.np_rng = np.random.default_rng(spec.seed)
         self.global_timestep = 0  # env steps sampled so far; drives schedules
@@ -96,11 +97,12 @@ class Policy:
             dist = self.dist_class(out.dist_inputs)
             actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-        return ActionOutput(actions.numpy(), logp.numpy(), out.values.numpy(), out.dist_inputs.numpy())
+        return ActionOutput(actions.numpy(), logp.detach().numpy(), out.values.detach().numpy(),
+                            out.dist_inputs.detach().numpy())
 
     def compute_values(self, obs: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
-            return self.model(torch.as_tensor(obs)).values.numpy()
+            return self.model(torch.as_tensor(obs)).values.detach().numpy()
 
     def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
         """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``)."""
@@ -159,9 +161,8 @@ class Policy:
         """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        params = [p for p in self.model.parameters() if p.grad is not None]
         clip = self.config.grad_clip
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip is not None else float("inf"))
         self.optimizer.step()
         return float(norm)
 

@@ -1,0 +1,73 @@
+import re
+
+import numpy as np
+import pytest
+
+from rlrun.batch import MultiAgentBatch, SampleBatch, concat_samples
+
+
+def make(n=6, start=0):
+    return SampleBatch({
+        SampleBatch.OBS: np.arange(start, start + n * 2, dtype=np.float32).reshape(n, 2),
+        SampleBatch.REWARDS: np.ones(n, np.float32),
+        SampleBatch.EPS_ID: np.array([7, 7, 8, 8, 8, 9][:n]),
+    })
+
+
+def test_len_columns_and_unequal_lengths():
+    b = make()
+    assert len(b) == 6 and b.count == 6
+    assert b.columns == ["obs", "rewards", "eps_id"]
+    with pytest.raises(ValueError, match="different lengths"):
+        SampleBatch({"a": np.zeros(3), "b": np.zeros(4)})
+    with pytest.raises(ValueError, match="has 2 rows, the batch has 6"):
+        b["x"] = np.zeros(2)
+
+
+def test_concat_and_slicing():
+    a, b = make(), make(start=100)
+    c = concat_samples([a, b])
+    assert len(c) == 12
+    np.testing.assert_array_equal(c["obs"][6], [100, 101])
+    s = c[2:4]
+    assert len(s) == 2 and s["obs"][0, 0] == 4
+    assert len(c[np.array([0, 11])]) == 2
+    with pytest.raises(ValueError, match="columns"):
+        concat_samples([a, SampleBatch({"obs": np.zeros((1, 2))})])
+
+
+def test_shuffle_and_minibatches_cover_every_row_once():
+    b = make()
+    rng = np.random.default_rng(0)
+    shuffled = b.shuffle(rng)
+    assert sorted(shuffled["obs"][:, 0].tolist()) == sorted(b["obs"][:, 0].tolist())
+    mbs = list(b.minibatches(4, rng))
+    assert [len(m) for m in mbs] == [4, 2]
+    seen = np.concatenate([m["obs"][:, 0] for m in mbs])
+    assert sorted(seen.tolist()) == sorted(b["obs"][:, 0].tolist())
+
+
+def test_split_by_episode():
+    eps = make().split_by_episode()
+    assert [len(e) for e in eps] == [2, 3, 1]
+    assert [int(e["eps_id"][0]) for e in eps] == [7, 8, 9]
+
+
+def test_rows():
+    rows = list(make(2).rows())
+    assert rows[1]["obs"].tolist() == [2.0, 3.0]
+
+
+def test_summary_format():
+    b = SampleBatch({"obs": np.array([[-2.46, 0.0], [2.259, 0.064]], np.float32)})
+    text = b.summary()
+    assert text.startswith("{'obs': np.ndarray((2, 2), dtype=float32, min=-2.46, max=2.259, mean=")
+    assert re.fullmatch(r"\{'obs': np\.ndarray\(\(2, 2\), dtype=float32, min=\S+, max=\S+, mean=\S+\)\}", text)
+    assert "SampleBatch(2:" in repr(b)
+
+
+def test_multi_agent_batch():
+    m = MultiAgentBatch({"p0": make(), "p1": make(3)}, env_steps=6)
+    assert m.agent_steps() == 9 and m.env_steps == 6
+    both = MultiAgentBatch.concat([m, m])
+    assert both.env_steps == 12 and len(both["p1"]) == 6
