@@ -205,8 +205,9 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
         if not isinstance(section, dict):
             raise ConfigError(f"{key}: expected a mapping with a 'name', got {_show(section)}")
         sections[key] = from_dict(_schema(registry, section, key, base), section, key)
+    if "stop" in raw:
+        raw["stop"] = normalize_stop(raw["stop"])
     cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
-    cfg.stop = normalize_stop(raw.get("stop", cfg.stop))
     check_config(cfg)
     return cfg
 
@@ -287,11 +288,11 @@ def check_config(cfg: RunConfig) -> None:
     formula = (f"rollout_fragment_length x num_envs_per_worker x max(num_workers, 1) = "
                f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {max(r.num_workers, 1)} = {round_size}")
     if a.train_batch_size % round_size:
-        lo = max(round_size, a.train_batch_size // round_size * round_size)
+        lo = a.train_batch_size // round_size * round_size
+        fits = " or ".join(str(x) for x in (lo, lo + round_size) if x > 0)
         raise ConfigError(
             f"algo.train_batch_size: {a.train_batch_size} is not a multiple of one sampling round, {formula}; "
-            f"use algo.train_batch_size={lo} or {lo + round_size if lo < a.train_batch_size else lo}, "
-            "or change the rollout sizes"
+            f"use algo.train_batch_size={fits}, or change the rollout sizes"
         )
     mb = a.sgd_minibatch_size
     if mb is not None and not 1 <= mb <= a.train_batch_size:

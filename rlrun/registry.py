@@ -81,7 +81,7 @@ class Registry(Generic[T]):
             where = f"{key}: " if key else ""
             raise RegistryError(
                 f"{where}unknown {self.kind} '{name}'{suggest(str(name), self.names())}. "
-                f"Known {self.kind}s: {', '.join(self.names())}"
+                f"Known {self.kind} names: {', '.join(self.names())}"
             ) from None
 
     def get(self, name: str, key: str | None = None) -> T:

@@ -1,0 +1,76 @@
+"""Every invalid input is rejected before compute with one message naming the key and the value."""
+
+import pytest
+
+from rlrun.cli import compose
+from rlrun.config import ConfigError, build_config
+from rlrun.registry import load_builtins
+
+load_builtins()
+
+# (overrides, exit code, substrings the message must contain)
+CLI_CASES = [
+    (["+algo.num_sgd_iters=3"], 2, ["algo.num_sgd_iters: unknown key", "did you mean 'num_sgd_iter'"]),
+    (["algo.foo=3"], 1, ["algo.foo", "not in struct"]),  # Hydra's own check of plain overrides
+    (["algo.lr=abc"], 2, ["algo.lr: expected a number, got 'abc'"]),
+    (["algo.num_sgd_iter=2.5"], 2, ["algo.num_sgd_iter: expected an integer, got 2.5"]),
+    (["rollout.batch_mode=complete"], 2, ["rollout.batch_mode: 'complete' is not one of",
+                                          "did you mean 'complete_episodes'"]),
+    (["algo=ppoo"], 2, ["algo: unknown config 'ppoo'", "did you mean 'ppo'", "Known algo configs: pg, ppo"]),
+    (["algo.name=ppoo"], 2, ["algo.name: unknown algo 'ppoo'", "did you mean 'ppo'", "pg, ppo"]),
+    (["loss.name=ppo_clp"], 2, ["loss.name: unknown loss 'ppo_clp'", "did you mean 'ppo_clip'", "pg, ppo_clip"]),
+    (["model.name=mpl"], 2, ["model.name: unknown model 'mpl'", "did you mean 'mlp'"]),
+    (["env.id=CartPole-v9"], 2, ["env.id: unknown env 'CartPole-v9'", "did you mean 'CartPole-v1'"]),
+    (["+stop.rollout.episode_reward_mean=100"], 2,
+     ["stop.rollout/episode_reward_mean", "not a metric rlrun reports", "did you mean 'rollout/episode_return_mean'"]),
+    (["+experiment=ppo_cartpole", "algo.train_batch_size=500"], 2,
+     ["algo.train_batch_size: 500 is not a multiple", "32 x 16 x 1 = 512", "use algo.train_batch_size=512"]),
+    (["algo.sgd_minibatch_size=1024"], 2, ["algo.sgd_minibatch_size: 1024", "algo.train_batch_size=256"]),
+    (["loss=custom"], 2, ["loss.name: missing mandatory value"]),
+    (["plugins=[no_such_module_xyz]"], 2, ["plugins[0]: cannot import module 'no_such_module_xyz'"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "code", "needles"), CLI_CASES, ids=[" ".join(c[0]) for c in CLI_CASES])
+def test_cli_rejects_bad_input_with_one_clear_message(cli, tmp_path, overrides, code, needles):
+    p = cli(*overrides, "tracking=none")
+    assert p.returncode == code, p.stderr
+    err = p.stderr
+    for n in needles:
+        assert n in err, err
+    assert "Traceback" not in err and "Traceback" not in p.stdout
+    assert not (tmp_path / "mlflow.db").exists()  # nothing ran
+    assert "iter " not in p.stdout
+
+
+def test_algo_loss_mismatch_names_missing_columns():
+    with pytest.raises(ConfigError, match=r"loss 'ppo_clip' needs batch columns \[.*'value_targets'.*\]"):
+        compose(["algo=pg", "loss=ppo_clip"])
+
+
+def test_loss_follows_algo_unless_set():
+    assert compose(["algo=pg"]).loss.name == "pg"
+    assert compose(["algo=ppo"]).loss.name == "ppo_clip"
+
+
+def test_stop_spellings():
+    c = compose(["+experiment=ppo_cartpole", "++stop={rollout/episode_return_mean: 400}"])
+    assert c.stop["rollout/episode_return_mean"] == 400
+    c = compose(["+experiment=ppo_cartpole", "stop.timesteps_total=1000"])
+    assert c.stop == {"rollout/episode_return_mean": 475, "timesteps_total": 1000}
+    with pytest.raises(ConfigError, match="stop: no stop criterion"):
+        build_config({"stop": {}})
+    with pytest.raises(ConfigError, match="stop.timesteps_total: expected a number"):
+        build_config({"stop": {"timesteps_total": "soon"}})
+
+
+def test_build_config_types_and_defaults():
+    c = build_config({"algo": {"name": "ppo", "lr": 1}, "stop": {"training_iteration": 2}})
+    assert c.algo.lr == 1.0 and isinstance(c.algo.lr, float)
+    assert c.loss.name == "pg"  # plain data: the schema default, no Hydra involved
+    with pytest.raises(ConfigError, match=r"seed: expected an integer, got True"):
+        build_config({"seed": True})
+    with pytest.raises(ConfigError, match=r"model.hiddens\[1\]: expected an integer"):
+        build_config({"model": {"name": "mlp", "hiddens": [64, "x"]}})
+    with pytest.raises(ConfigError, match="unknown key.*Valid keys: algo"):
+        build_config({"algoo": {}})
