@@ -230,7 +230,10 @@ def normalize_stop(stop: Any) -> dict[str, float]:
             elif isinstance(v, bool) or not isinstance(v, int | float):
                 raise ConfigError(f"stop.{name}: expected a number, got {_show(v)}")
             elif name in out and out[name] != v:
-                raise ConfigError(f"stop.{name}: given twice with different values ({out[name]} and {v})")
+                raise ConfigError(
+                    f"stop.{name}: given twice with different values ({out[name]:g} and {v:g}); to change a "
+                    f"threshold set in YAML use '++stop={{{name}: {v:g}}}'"
+                )
             else:
                 out[name] = float(v)
 

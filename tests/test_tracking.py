@@ -1,0 +1,77 @@
+"""MLflow with a real SQLite store: one run per rlrun run, read back with MlflowClient."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from rlrun.cli import compose
+from rlrun.run import run
+from rlrun.tracking import MAX_PARAM_VALUE, flatten, params_from_config
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tracked")
+    cfg = compose(["+experiment=ppo_cartpole", "stop.training_iteration=3", "progress=false",
+                   f"output_dir={d / 'out'}"], launch_dir=str(d))
+    result = run(cfg, launch_dir=d)
+    return d, result, MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}")
+
+
+def test_run_is_in_experiment_named_after_config(tracked_run):
+    d, result, client = tracked_run
+    exp = client.get_experiment_by_name("ppo_cartpole")
+    assert exp is not None
+    run = client.get_run(result.run_id)
+    assert run.info.experiment_id == exp.experiment_id
+    assert run.info.status == "FINISHED"
+    assert Path(d / "mlflow.db").is_file()
+
+
+def test_params_and_tags(tracked_run):
+    _, result, client = tracked_run
+    data = client.get_run(result.run_id).data
+    assert data.params["algo.lr"] == "0.0025"
+    assert data.params["rollout.num_envs_per_worker"] == "16"
+    assert data.params["stop.rollout/episode_return_mean"] == "475.0"
+    for tag in ("git_sha", "version.rlrun", "version.torch", "version.gymnasium"):
+        assert data.tags[tag], tag
+    assert data.tags["rlrun.algo"] == "ppo"
+
+
+def test_metrics_once_per_iteration_stepped_by_env_steps(tracked_run):
+    _, result, client = tracked_run
+    for key in ("rollout/episode_return_mean", "rollout/episode_len_mean", "loss/policy", "loss/vf",
+                "train/approx_kl", "train/entropy", "time/env_steps_per_s"):
+        hist = client.get_metric_history(result.run_id, key)
+        assert len(hist) == 3, key
+        steps = [m.step for m in hist]
+        assert steps == sorted(steps) and steps[-1] == result.metrics["timesteps_total"]
+        assert steps == [int(h["timesteps_total"]) for h in result.history]
+
+
+def test_artifacts_config_and_loadable_checkpoint(tracked_run, tmp_path):
+    _, result, client = tracked_run
+    names = {a.path for a in client.list_artifacts(result.run_id)}
+    assert {"config.yaml", "checkpoints"} <= names
+    ckpt = client.list_artifacts(result.run_id, "checkpoints")
+    assert [a.path for a in ckpt] == ["checkpoints/iter_000003"]
+    local = client.download_artifacts(result.run_id, "checkpoints/iter_000003", str(tmp_path))
+    state = torch.load(Path(local) / "policy.pt", weights_only=True)
+    assert "model" in state["policy"]
+    assert (Path(local) / "meta.json").is_file()
+
+
+def test_tracking_none_writes_no_store(tmp_path):
+    cfg = compose(["+experiment=ppo_cartpole", "tracking=none", "stop.training_iteration=1", "progress=false",
+                   f"output_dir={tmp_path / 'out'}"], launch_dir=str(tmp_path))
+    result = run(cfg, launch_dir=tmp_path)
+    assert result.run_id is None and not (tmp_path / "mlflow.db").exists()
+
+
+def test_params_respect_mlflow_limits():
+    params = params_from_config({"a": {"b": "x" * 10000}, "c": [1, 2]})
+    assert len(params["a.b"]) == MAX_PARAM_VALUE and params["c"] == "[1, 2]"
+    assert flatten({"a": {"b": {"c": 1}}}) == {"a.b.c": 1}
