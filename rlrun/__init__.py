@@ -1,20 +1,26 @@
-"""rlrun: a small, typed, fast reinforcement-learning experiment runner."""
+"""rlrun: a small, typed, fast reinforcement-learning experiment runner.
 
-from rlrun.batch import MultiAgentBatch, SampleBatch, concat_samples
-from rlrun.policy import LossOutput, Policy, build_policy
-from rlrun.registry import ALGOS, DISTRIBUTIONS, ENVS, LOSSES, MODELS
+Names are imported lazily, so ``import rlrun.tracking`` (e.g. in the MLflow child process) does not
+pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ALGOS", "DISTRIBUTIONS", "ENVS", "LOSSES", "MODELS", "LossOutput", "MultiAgentBatch", "Policy",
-    "SampleBatch", "build_policy", "concat_samples", "run",
-]
+_EXPORTS = {
+    "SampleBatch": "rlrun.batch", "MultiAgentBatch": "rlrun.batch", "concat_samples": "rlrun.batch",
+    "LossOutput": "rlrun.policy", "Policy": "rlrun.policy", "build_policy": "rlrun.policy",
+    "ALGOS": "rlrun.registry", "DISTRIBUTIONS": "rlrun.registry", "ENVS": "rlrun.registry",
+    "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry", "run": "rlrun.run", "RunConfig": "rlrun.config",
+}
+__all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):  # lazy: `import rlrun` stays cheap
-    if name == "run":
-        from rlrun.run import run
-
-        return run
-    raise AttributeError(name)
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'rlrun' has no attribute {name!r}")

@@ -1,3 +1,4 @@
 from rlrun.cli import main
 
-main()
+if __name__ == "__main__":  # guard: spawned child processes import this module too
+    main()

@@ -72,7 +72,7 @@ class SampleBatch(dict[str, np.ndarray]):
         return SampleBatch({k: v.copy() for k, v in self.items()})
 
     # ----------------------------------------------------------------- slicing
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             return dict.__getitem__(self, key)
         if isinstance(key, slice | np.ndarray | list):

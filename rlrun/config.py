@@ -171,7 +171,7 @@ def _check(tp: Any, v: Any, path: str) -> Any:
         if not isinstance(v, str):
             raise ConfigError(f"{path}: expected a string, got {_show(v)}")
         return v
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, v, path)
     raise TypeError(f"schema type {tp} at {path} is not supported by rlrun.config")
 

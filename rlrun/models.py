@@ -7,6 +7,7 @@ One call serves acting and learning, so a vector step costs one forward pass.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -43,7 +44,7 @@ class MLPConfig(ModelConfig):
 
 def _mlp(sizes: list[int], act: type[nn.Module]) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         layers += [_init(nn.Linear(a, b), np.sqrt(2)), act()]
     return nn.Sequential(*layers)
 
@@ -66,7 +67,7 @@ class MLPModel(nn.Module):
         if config.activation not in ACTIVATIONS:
             raise ValueError(f"model.activation: unknown '{config.activation}', known: {list(ACTIVATIONS)}")
         act = ACTIVATIONS[config.activation]
-        in_dim = int(np.prod(obs_space.shape))
+        in_dim = int(np.prod(obs_space.shape or (1,)))
         sizes = [in_dim, *config.hiddens]
         self.free_log_std = config.free_log_std and isinstance(action_space, gym.spaces.Box)
         head_out = num_outputs // 2 if self.free_log_std else num_outputs

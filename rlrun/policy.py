@@ -20,6 +20,7 @@ from torch import nn
 from rlrun.batch import SampleBatch
 from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
+from rlrun.optim import Adam
 from rlrun.postprocessing import explained_variance
 from rlrun.registry import DISTRIBUTIONS, MODELS
 
@@ -83,7 +84,7 @@ class Policy:
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
         self._params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adam(self._params, lr=spec.algo.lr, eps=spec.algo.adam_eps, fused=True)
+        self.optimizer = Adam(self._params, lr=spec.algo.lr, eps=spec.algo.adam_eps)
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.np_rng = np.random.default_rng(spec.seed)
         self.global_timestep = 0  # env steps sampled so far; drives schedules
@@ -121,8 +122,7 @@ class Policy:
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """``num_sgd_iter`` passes over ``batch`` in minibatches; returns averaged stats."""
         lr = self.current_lr()
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
+        self.optimizer.lr = lr
         tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
         n = len(batch)
         mb = self.config.sgd_minibatch_size or n
@@ -159,7 +159,7 @@ class Policy:
 
     def apply_gradients(self, loss: torch.Tensor) -> float:
         """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         loss.backward()
         clip = self.config.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip is not None else float("inf"))

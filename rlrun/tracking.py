@@ -1,9 +1,9 @@
 """Tracking: MLflow (default, SQLite store, no server) or none; plus the console progress line.
 
-The MLflow tracker does all its work on one background thread: importing mlflow, creating the
-SQLite schema (~1.5 s on first use) and every ``log_batch`` overlap with training instead of
-delaying it. Calls from the training loop only enqueue. An MLflow error is raised in the training
-loop at the next call, so a broken store stops the run early instead of being ignored.
+The MLflow tracker does all its work in a child process: importing mlflow (~1 s), creating the
+SQLite schema (~1.5 s on first use) and every ``log_batch`` run on the other core, in parallel
+with training. Calls from the training loop only send small messages. An MLflow error is raised
+in the training loop at the next call, so a broken store stops the run early.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 import os
 import queue
+import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,8 @@ def version_tags() -> dict[str, str]:
 class Tracker:
     """No-op tracker (``tracking=none``); also the interface."""
 
-    run_id: str | None = None
+    def __init__(self) -> None:
+        self.run_id: str | None = None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None: ...
 
@@ -97,73 +99,57 @@ class TrackingError(RuntimeError):
     pass
 
 
+FLUSH_EVERY_S = 1.0  # metrics of the iterations within this window go out in one log_batch
+
+
 class MlflowTracker(Tracker):
-    """One MLflow run; every call runs in order on a background thread."""
+    """One MLflow run, written by a child process.
+
+    The child (a fresh ``python``, so it never re-imports the user's main module) imports mlflow,
+    creates the SQLite schema and does every ``log_batch`` on the machine's other core, so none of
+    it holds the trainer's GIL. Jobs go over a private socket pair, in order. Each iteration's
+    metrics keep their own step and timestamp; iterations within ``FLUSH_EVERY_S`` travel in one
+    batch. If the trainer process dies without ending the run, the child marks it KILLED.
+    """
 
     def __init__(self, cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str) -> None:
         self.uri = cfg.tracking_uri or default_tracking_uri(launch_dir)
+        self.artifact_location: str | None = cfg.artifact_location
         if self.uri.startswith("sqlite:///"):
             db = Path(self.uri[len("sqlite:///"):])
             if not db.is_absolute():
                 raise TrackingError(f"tracking.tracking_uri: a SQLite path must be absolute, got {self.uri}")
             self.artifact_location = cfg.artifact_location or (db.parent / "mlartifacts").as_uri()
-        else:
-            self.artifact_location = cfg.artifact_location
         self.experiment_name = cfg.experiment_name or experiment_name
-        self.run_name = cfg.run_name
-        self.run_id = None
-        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
-        self._error: BaseException | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rlrun-mlflow", daemon=True)
-        self._thread.start()
+        self.run_id: str | None = None
+        self._pending: list[tuple[dict[str, float], int, int]] = []
+        self._last_flush = 0.0
+        self._ended = False
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from rlrun.tracking import _child_main; "
+             "_child_main(int(sys.argv[1]))", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name))
 
-    # -- thread side
-    def _loop(self) -> None:
-        while True:
-            job = self._q.get()
-            if job is None:
-                return
-            if self._error is not None:
-                continue  # drop work after a failure; the error is re-raised on the caller side
-            try:
-                job()
-            except BaseException as e:  # noqa: BLE001 - surfaced in check()/end()
-                self._error = e
-                self._ready.set()
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self._conn.send(msg)
+        except OSError as e:
+            raise TrackingError(f"MLflow tracking process is gone ({self.uri}): {e}") from None
 
-    def _start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
-
-        self._client = client = MlflowClient(tracking_uri=self.uri)
-        exp = client.get_experiment_by_name(self.experiment_name)
-        if exp is None:
-            exp_id = client.create_experiment(self.experiment_name, artifact_location=self.artifact_location)
-        else:
-            exp_id = exp.experiment_id
-        run = client.create_run(exp_id, run_name=self.run_name, tags=dict(tags))
-        self.run_id = run.info.run_id
-        self._ready.set()
-        items = [Param(k, v) for k, v in params.items()]
-        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
-
-    def _log(self, metrics: Mapping[str, float], step: int, ts: int) -> None:
-        from mlflow.entities import Metric
-
-        ms = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
-        for i in range(0, len(ms), 1000):
-            self._client.log_batch(self.run_id, metrics=ms[i : i + 1000])
-
-    # -- caller side
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
-        self._q.put(lambda: self._start(params, tags))
+        self._send(("start", dict(params), dict(tags)))
 
     def wait_started(self, timeout: float = 120.0) -> str:
         """Block until the MLflow run exists; returns its id."""
-        self._ready.wait(timeout)
-        self.check()
+        deadline = time.monotonic() + timeout
+        while self.run_id is None and time.monotonic() < deadline:
+            self._poll(block_s=0.1)
         if self.run_id is None:
             raise TrackingError(f"MLflow run was not created within {timeout:.0f} s ({self.uri})")
         return self.run_id
@@ -171,34 +157,147 @@ class MlflowTracker(Tracker):
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         clean = {k: float(v) for k, v in metrics.items()
                  if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
-        ts = int(time.time() * 1000)
-        self._q.put(lambda: self._log(clean, step, ts))
+        self._pending.append((clean, step, int(time.time() * 1000)))
+        if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._send(("metrics", self._pending))
+            self._pending = []
+        self._last_flush = time.monotonic()
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
-        self._q.put(lambda: self._client.log_artifacts(self.run_id, str(local_dir), artifact_path))
+        self._flush()
+        self._send(("artifacts", str(local_dir), artifact_path))
 
     def log_artifact(self, local_file: str | Path, artifact_path: str | None = None) -> None:
-        self._q.put(lambda: self._client.log_artifact(self.run_id, str(local_file), artifact_path))
+        self._flush()
+        self._send(("artifact", str(local_file), artifact_path))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        def job() -> None:
-            for k, v in tags.items():
-                self._client.set_tag(self.run_id, k, v)
-        self._q.put(job)
+        self._send(("tags", dict(tags)))
+
+    def _poll(self, block_s: float = 0.0) -> list[str]:
+        kinds = []
+        try:
+            while self._conn.poll(block_s):
+                block_s = 0.0
+                kind, value = self._conn.recv()
+                kinds.append(kind)
+                if kind == "run_id":
+                    self.run_id = value
+                elif kind == "error":
+                    raise TrackingError(f"MLflow tracking failed ({self.uri}): {value}")
+        except (EOFError, OSError):
+            if not self._ended:
+                raise TrackingError(
+                    f"MLflow tracking process exited unexpectedly (code {self._proc.poll()}, {self.uri})"
+                ) from None
+        return kinds
 
     def check(self) -> None:
-        if self._error is not None:
-            err = self._error
-            raise TrackingError(f"MLflow tracking failed ({self.uri}): {type(err).__name__}: {err}") from err
+        self._poll()
 
-    def end(self, status: str = "FINISHED") -> None:
-        def finish() -> None:
-            if self.run_id is not None:
-                self._client.set_terminated(self.run_id, status)
-        self._q.put(finish)
-        self._q.put(None)
-        self._thread.join()
-        self.check()
+    def end(self, status: str = "FINISHED", timeout: float = 300.0) -> None:
+        """Send the rest, mark the run ``status`` and wait until the child has written everything."""
+        if self._ended:
+            return
+        error: TrackingError | None = None
+        try:
+            self._flush()
+            self._send(("end", status))
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    if "ended" in self._poll(block_s=0.2):
+                        break
+                except TrackingError as e:
+                    error = error or e
+                    if self._proc.poll() is not None:
+                        break
+        except TrackingError as e:
+            error = e
+        finally:
+            self._ended = True
+            self._conn.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if error is not None:
+            raise error
+
+
+def _child_main(fd: int) -> None:
+    """The tracking child: run jobs in order; a reader thread keeps the socket drained meanwhile."""
+    import logging
+    import threading
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    conn = Connection(fd)
+    _, uri, artifact_location, experiment_name, run_name = conn.recv()
+    jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
+
+    def reader() -> None:
+        try:
+            while True:
+                jobs.put(conn.recv())
+        except (EOFError, OSError):
+            jobs.put(("eof",))
+
+    threading.Thread(target=reader, daemon=True).start()
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run_id = None
+    while True:
+        job = jobs.get()
+        kind = job[0]
+        try:
+            if kind == "eof":  # the trainer died without ending the run
+                if run_id is not None:
+                    client.set_terminated(run_id, "KILLED")
+                return
+            if kind == "start":
+                _, params, tags = job
+                exp = client.get_experiment_by_name(experiment_name)
+                exp_id = exp.experiment_id if exp else client.create_experiment(
+                    experiment_name, artifact_location=artifact_location)
+                run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+                conn.send(("run_id", run_id))
+                items = [Param(k, v) for k, v in params.items()]
+                for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                    client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+            elif run_id is None:
+                raise TrackingError(f"'{kind}' before the MLflow run was created")
+            elif kind == "metrics":
+                ms = [Metric(k, v, ts, step) for metrics, step, ts in job[1] for k, v in metrics.items()]
+                for i in range(0, len(ms), 1000):
+                    client.log_batch(run_id, metrics=ms[i : i + 1000])
+            elif kind == "artifacts":
+                client.log_artifacts(run_id, job[1], job[2])
+            elif kind == "artifact":
+                client.log_artifact(run_id, job[1], job[2])
+            elif kind == "tags":
+                for k, v in job[1].items():
+                    client.set_tag(run_id, k, v)
+            elif kind == "end":
+                client.set_terminated(run_id, job[1])
+                conn.send(("ended", None))
+                return
+        except Exception as e:  # reported to the trainer, which stops the run
+            msg = f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            try:
+                conn.send(("error", msg))
+                if kind == "end":
+                    conn.send(("ended", None))
+            except OSError:
+                return
+            if kind == "end":
+                return
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str) -> Tracker:

@@ -52,6 +52,8 @@ class RolloutWorker:
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         self._box = isinstance(self.action_space, gym.spaces.Box)
+        self._low = getattr(self.action_space, "low", None)
+        self._high = getattr(self.action_space, "high", None)
         self.policy = policy_factory(self.obs_space, self.action_space)
         # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
         self.obs, _ = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
@@ -86,7 +88,7 @@ class RolloutWorker:
                 cap *= 2
             out = self.policy.compute_actions(self.obs)
             actions = out.actions
-            env_actions = np.clip(actions, self.action_space.low, self.action_space.high) if self._box else actions
+            env_actions = np.clip(actions, self._low, self._high) if self._box else actions
             next_obs, rew, term, trunc, _ = self.env.step(env_actions)
             valid = ~self._prev_done
             buf[SB.OBS][step] = self.obs
@@ -125,10 +127,11 @@ class RolloutWorker:
     def _alloc(self, cap: int) -> dict[str, np.ndarray]:
         n = self.num_envs
         obs_space, act_space = self.obs_space, self.action_space
+        obs_shape, act_shape = tuple(obs_space.shape or ()), tuple(act_space.shape or ())
         k = self.policy.dist_class.required_inputs(act_space)
         return {
-            SB.OBS: np.zeros((cap, n, *obs_space.shape), dtype=obs_space.dtype),
-            SB.ACTIONS: np.zeros((cap, n, *act_space.shape), dtype=np.float32 if self._box else np.int64),
+            SB.OBS: np.zeros((cap, n, *obs_shape), dtype=obs_space.dtype),
+            SB.ACTIONS: np.zeros((cap, n, *act_shape), dtype=np.float32 if self._box else np.int64),
             SB.REWARDS: np.zeros((cap, n), dtype=np.float32),
             SB.TERMINATEDS: np.zeros((cap, n), dtype=bool),
             SB.TRUNCATEDS: np.zeros((cap, n), dtype=bool),

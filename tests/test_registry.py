@@ -69,7 +69,8 @@ def test_plugin_from_launch_dir_through_the_real_cli(plugin_dir, cli):
 def test_registry_unknown_and_duplicate_names():
     reg: Registry[int] = Registry("widget")
     reg.add("alpha", 1)
-    with pytest.raises(RegistryError, match=r"unknown widget 'alpa' \(did you mean 'alpha'\?\)\. Known widget names: alpha"):
+    msg = r"unknown widget 'alpa' \(did you mean 'alpha'\?\)\. Known widget names: alpha"
+    with pytest.raises(RegistryError, match=msg):
         reg.get("alpa")
     with pytest.raises(RegistryError, match="already registered"):
         reg.add("alpha", 2)

@@ -39,7 +39,7 @@ def test_dummy_reset_step_never_enters_batch(truncate):
     for b in (b1, b2):
         # every row is a real step: t runs 0..len-1 within each episode, rewards are 1 + t (never 0)
         assert (b[SB.REWARDS] == 1 + b[SB.OBS][:, 1]).all()
-        for env_i, ts in episodes_of(b):
+        for _env_i, ts in episodes_of(b):
             assert ts == list(range(ts[0], ts[0] + len(ts)))
     assert w.env.dummy_steps > 0  # the env did take autoreset steps; they were dropped
     # rows: at least fragment x num_envs, fewer than num_envs extra
