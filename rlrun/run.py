@@ -111,3 +111,17 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     metric_keys = [k for k in cfg.stop if k not in STOP_COUNTERS]
     target_met = any(stop_reason({k: cfg.stop[k]}, result) for k in metric_keys)
     return RunResult(result, reason, target_met, ckpt, out_dir, tracker.run_id, history)
+
+
+def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | None = None) -> Any:
+    """A ready Trainer for ``rlrun <overrides>`` without running it (notebooks, debugging)::
+
+        from rlrun import make_trainer
+        trainer = make_trainer(["+experiment=ppo_cartpole"])
+        print(trainer.workers.local_worker.sample())   # a SampleBatch summary
+    """
+    from rlrun.cli import compose
+
+    cfg = compose(list(overrides or []), str(launch_dir or os.getcwd()))
+    torch.set_num_threads(cfg.torch_threads)
+    return ALGOS.get(cfg.algo.name)(cfg)
