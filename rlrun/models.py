@@ -8,12 +8,14 @@ One call serves acting and learning, so a vector step costs one forward pass.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rlrun.config import ModelConfig
@@ -27,6 +29,9 @@ class ModelOutput(NamedTuple):
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+}
+_ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "gelu": F.gelu, "silu": F.silu,
 }
 
 
@@ -77,12 +82,22 @@ class MLPModel(nn.Module):
         self.vf_head = _init(nn.Linear(sizes[-1], 1), 1.0)
         if self.free_log_std:
             self.log_std = nn.Parameter(torch.full((head_out,), float(config.init_log_std)))
+        # forward calls the layers functionally: nn.Module.__call__ costs more than a 64-wide
+        # layer at acting batch sizes (one vector step = one forward pass)
+        self._act = _ACT_FNS[config.activation]
+        self._pi_layers = [m for m in self.torso if isinstance(m, nn.Linear)]
+        self._vf_layers = None if self.vf_torso is None else [m for m in self.vf_torso if isinstance(m, nn.Linear)]
+
+    def _run(self, layers: list[nn.Linear], x: torch.Tensor) -> torch.Tensor:
+        for layer in layers:
+            x = self._act(F.linear(x, layer.weight, layer.bias))
+        return x
 
     def forward(self, obs: torch.Tensor) -> ModelOutput:
         x = obs.reshape(obs.shape[0], -1).float()
-        h = self.torso(x)
-        logits = self.pi_head(h)
+        h = self._run(self._pi_layers, x)
+        logits = F.linear(h, self.pi_head.weight, self.pi_head.bias)
         if self.free_log_std:
             logits = torch.cat([logits, self.log_std.expand_as(logits)], dim=-1)
-        hv = h if self.vf_torso is None else self.vf_torso(x)
-        return ModelOutput(logits, self.vf_head(hv).squeeze(-1))
+        hv = h if self._vf_layers is None else self._run(self._vf_layers, x)
+        return ModelOutput(logits, F.linear(hv, self.vf_head.weight, self.vf_head.bias).squeeze(-1))
