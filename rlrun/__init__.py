@@ -15,7 +15,8 @@ _EXPORTS = {
     "SampleBatch": "rlrun.batch", "MultiAgentBatch": "rlrun.batch", "concat_samples": "rlrun.batch",
     "LossOutput": "rlrun.policy", "Policy": "rlrun.policy", "build_policy": "rlrun.policy",
     "ALGOS": "rlrun.registry", "DISTRIBUTIONS": "rlrun.registry", "ENVS": "rlrun.registry",
-    "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry", "run": "rlrun.run", "make_trainer": "rlrun.run", "RunConfig": "rlrun.config",
+    "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry",
+    "run": "rlrun.run", "make_trainer": "rlrun.run", "RunConfig": "rlrun.config",
 }
 __all__ = sorted(_EXPORTS)
 
