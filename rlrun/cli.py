@@ -21,8 +21,9 @@ from rlrun.checkpoint import CheckpointError
 from rlrun.config import ConfigError, RunConfig, build_config
 from rlrun.registry import RegistryError, load_plugins, suggest
 from rlrun.tracking import TrackingError
+from rlrun.worker_set import RayConnectionError, WorkerFailure
 
-USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError)
+USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError)
 
 
 def compose_to_config(
@@ -73,6 +74,12 @@ def _main(cfg: DictConfig) -> float | None:
     except USER_ERRORS as e:
         print(f"rlrun: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except WorkerFailure as e:
+        print(f"rlrun: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("rlrun: interrupted; final checkpoint written, MLflow run marked KILLED", file=sys.stderr)
+        sys.exit(130)
     return result.metrics.get("rollout/episode_return_mean")
 
 

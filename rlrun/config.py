@@ -60,11 +60,25 @@ class EnvConfig:
 
 
 @dataclass
+class RayConfig:
+    # null: start a private local Ray instance (loopback only) sized by num_cpus;
+    # "auto" or "host:port" or "ray://host:port": join that existing cluster (never starts one)
+    address: str | None = None
+    num_cpus: int | None = None  # private instance only; null = all cores of this machine
+
+
+@dataclass
 class RolloutConfig:
-    num_workers: int = 0  # remote rollout workers; 0 = sample in-process, no Ray
-    num_envs_per_worker: int = 8  # sub-envs per worker, stepped as one vector env
-    rollout_fragment_length: int = 32  # vector steps per sub-env per sample() call
+    num_workers: int = 0  # remote rollout workers (Ray actors); 0 = sample in-process, no Ray
+    # sub-envs per worker, stepped as one vector env; "auto" = train_batch_size / (fragment x max(workers, 1))
+    num_envs_per_worker: int | Literal["auto"] = 8
+    # vector steps per sub-env per sample() call; "auto" = train_batch_size / (envs x max(workers, 1))
+    rollout_fragment_length: int | Literal["auto"] = 32
     batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+    num_cpus_per_worker: float = 1.0
+    max_worker_restarts: int = 10  # over the whole run; past it the run stops (FAILED)
+    sample_timeout_s: float = 300.0  # a remote sample() slower than this counts as a dead worker
+    ray: RayConfig = field(default_factory=RayConfig)
 
 
 @dataclass
@@ -280,16 +294,23 @@ def check_config(cfg: RunConfig) -> None:
 
     # batch arithmetic
     r, a = cfg.rollout, cfg.algo
-    for key, value in (("rollout.rollout_fragment_length", r.rollout_fragment_length),
-                       ("rollout.num_envs_per_worker", r.num_envs_per_worker),
-                       ("algo.train_batch_size", a.train_batch_size)):
-        if value < 1:
-            raise ConfigError(f"{key}: must be at least 1, got {value}")
+    if a.train_batch_size < 1:
+        raise ConfigError(f"algo.train_batch_size: must be at least 1, got {a.train_batch_size}")
     if r.num_workers < 0:
         raise ConfigError(f"rollout.num_workers: must be 0 (in-process) or more, got {r.num_workers}")
-    round_size = r.rollout_fragment_length * r.num_envs_per_worker * max(r.num_workers, 1)
+    if r.num_cpus_per_worker <= 0:
+        raise ConfigError(f"rollout.num_cpus_per_worker: must be positive, got {r.num_cpus_per_worker:g}")
+    if r.max_worker_restarts < 0:
+        raise ConfigError(f"rollout.max_worker_restarts: must be 0 or more, got {r.max_worker_restarts}")
+    workers = max(r.num_workers, 1)
+    resolve_auto_sizes(r, a.train_batch_size, workers)
+    for key in ("rollout_fragment_length", "num_envs_per_worker"):
+        if int(getattr(r, key)) < 1:
+            raise ConfigError(f"rollout.{key}: must be at least 1, got {getattr(r, key)}")
+    assert isinstance(r.rollout_fragment_length, int) and isinstance(r.num_envs_per_worker, int)
+    round_size = r.rollout_fragment_length * r.num_envs_per_worker * workers
     formula = (f"rollout_fragment_length x num_envs_per_worker x max(num_workers, 1) = "
-               f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {max(r.num_workers, 1)} = {round_size}")
+               f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {workers} = {round_size}")
     if a.train_batch_size % round_size:
         lo = a.train_batch_size // round_size * round_size
         fits = " or ".join(str(x) for x in (lo, lo + round_size) if x > 0)
@@ -318,11 +339,34 @@ def check_config(cfg: RunConfig) -> None:
             raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
     if cfg.torch_threads < 1:
         raise ConfigError(f"torch_threads: must be at least 1, got {cfg.torch_threads}")
-    if r.num_workers > 0:
+    if r.ray.num_cpus is not None and r.ray.num_cpus < 1:
+        raise ConfigError(f"rollout.ray.num_cpus: must be at least 1 or null, got {r.ray.num_cpus}")
+    if r.ray.num_cpus is not None and r.ray.address is not None:
         raise ConfigError(
-            f"rollout.num_workers: {r.num_workers} remote workers need the Ray WorkerSet, which this "
-            "version does not have yet; use rollout.num_workers=0 (in-process sampling)"
+            f"rollout.ray.num_cpus: {r.ray.num_cpus} sizes a private Ray instance, but rollout.ray.address="
+            f"'{r.ray.address}' joins an existing cluster; set one of them to null"
         )
+
+
+def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int, workers: int) -> None:
+    """Replace ``auto`` in num_envs_per_worker or rollout_fragment_length so that one sampling round,
+    fragment x envs x workers, is exactly ``train_batch_size``."""
+    frag, envs = r.rollout_fragment_length, r.num_envs_per_worker
+    if frag == "auto" and envs == "auto":
+        raise ConfigError("rollout.rollout_fragment_length and rollout.num_envs_per_worker are both 'auto'; "
+                          "set one of them to a number")
+    for key, other_key, other in (("rollout_fragment_length", "num_envs_per_worker", envs),
+                                  ("num_envs_per_worker", "rollout_fragment_length", frag)):
+        if getattr(r, key) != "auto":
+            continue
+        assert isinstance(other, int)
+        per = other * workers
+        if other < 1 or train_batch_size % per:
+            raise ConfigError(
+                f"rollout.{key}: 'auto' needs algo.train_batch_size ({train_batch_size}) to be a multiple of "
+                f"{other_key} x max(num_workers, 1) = {other} x {workers} = {per}"
+            )
+        setattr(r, key, train_batch_size // per)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -77,7 +77,9 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     status = "FAILED"
     ckpt = out_dir / "checkpoints"
     try:
-        trainer = ALGOS.get(cfg.algo.name, "algo.name")(cfg)
+        trainer = ALGOS.get(cfg.algo.name, "algo.name")(cfg, launch)
+        if trainer.workers.ray_address:
+            tracker.set_tags({"ray.address": trainer.workers.ray_address})
         while True:
             result = trainer.train()
             history.append(result)
@@ -124,4 +126,4 @@ def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | No
 
     cfg = compose(list(overrides or []), str(launch_dir or os.getcwd()))
     torch.set_num_threads(cfg.torch_threads)
-    return ALGOS.get(cfg.algo.name)(cfg)
+    return ALGOS.get(cfg.algo.name)(cfg, launch_dir)

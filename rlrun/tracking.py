@@ -90,6 +90,8 @@ class Tracker:
 
     def log_artifact(self, local_file: str | Path, artifact_path: str | None = None) -> None: ...
 
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
     def check(self) -> None: ...
 
     def end(self, status: str = "FINISHED") -> None: ...
@@ -232,8 +234,10 @@ class MlflowTracker(Tracker):
 def _child_main(fd: int) -> None:
     """The tracking child: run jobs in order; a reader thread keeps the socket drained meanwhile."""
     import logging
+    import signal
     import threading
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; we finish writing
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     conn = Connection(fd)

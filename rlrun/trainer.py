@@ -10,9 +10,12 @@ function and the columns it produces, and overrides at most a hook (``learn``, `
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,15 +24,16 @@ import torch
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.config import AlgoConfig, RunConfig
 from rlrun.policy import Policy, PolicySpec, PostprocessFn, build_policy
-from rlrun.registry import LOSSES, Entry
-from rlrun.workers import RolloutWorker, WorkerSet, WorkerSpec
+from rlrun.registry import ALGOS, LOSSES, Entry, load_plugins
+from rlrun.worker_set import WorkerSet
 
 ROLLOUT_METRICS = (
     "rollout/episode_return_mean", "rollout/episode_return_min", "rollout/episode_return_max",
     "rollout/episode_len_mean", "rollout/episodes_this_iter", "rollout/env_steps_this_iter",
 )
 TIME_METRICS = ("time/env_steps_per_s", "time/sample_s", "time/learn_s", "time/sync_weights_s",
-                "time/iteration_s")
+                "time/iteration_s", "time/num_healthy_workers", "time/num_worker_restarts",
+                "time/num_dropped_fragments")
 POLICY_METRICS = ("loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps",
                   "train/explained_variance")
 COLLECTED_COLUMNS = (SampleBatch.OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS, SampleBatch.TERMINATEDS,
@@ -46,6 +50,22 @@ def reported_metrics(algo_cls: type[Trainer], loss: Entry[Any]) -> list[str]:
     return sorted(set(names))
 
 
+@dataclass
+class PolicyFactory:
+    """Builds this run's Policy from names: plain data, so it travels to Ray actors, where it
+    imports the run's plugins before reading the registries."""
+
+    cfg: RunConfig
+    launch_dir: str
+
+    def __call__(self, obs_space: Any, action_space: Any) -> Policy:
+        c = self.cfg
+        load_plugins(c.plugins, search_dirs=[self.launch_dir])
+        algo_cls = ALGOS.get(c.algo.name)
+        policy_cls = build_policy(c.algo.name, loss_fn=LOSSES.get(c.loss.name), postprocess_fn=algo_cls.postprocess_fn)
+        return policy_cls(PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed))
+
+
 class Trainer:
     """Base trainer for synchronous on-policy algorithms (PG, PPO)."""
 
@@ -55,17 +75,12 @@ class Trainer:
     provides_columns: ClassVar[tuple[str, ...]] = COLLECTED_COLUMNS
     metrics: ClassVar[tuple[str, ...]] = ()  # extra metric names this algo reports
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, launch_dir: str | Path | None = None) -> None:
         self.cfg = cfg
         self.config = cfg.algo
-        loss = LOSSES.entry(cfg.loss.name)
-        self.policy_cls = build_policy(
-            cfg.algo.name, loss_fn=loss.obj, postprocess_fn=type(self).postprocess_fn
-        )
-        worker_spec = WorkerSpec(env=cfg.env, rollout=cfg.rollout, seed=cfg.seed, worker_index=0)
-        local = RolloutWorker(worker_spec, self.make_policy)
-        self.workers = WorkerSet(local)
-        self.policy: Policy = local.policy
+        self.policy_factory = PolicyFactory(cfg, str(Path(launch_dir or os.getcwd()).resolve()))
+        self.workers = WorkerSet(cfg, self.policy_factory)
+        self.policy: Policy = self.workers.local_worker.policy
         self.iteration = 0
         self.timesteps_total = 0
         self.episodes_total = 0
@@ -73,10 +88,6 @@ class Trainer:
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
         self.setup()
-
-    def make_policy(self, obs_space: Any, action_space: Any) -> Policy:
-        c = self.cfg
-        return self.policy_cls(PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed))
 
     # ------------------------------------------------------------------ hooks
     def setup(self) -> None:
@@ -129,6 +140,9 @@ class Trainer:
             "time/learn_s": t2 - t1,
             "time/sync_weights_s": t3 - t2,
             "time/iteration_s": t3 - t0,
+            "time/num_healthy_workers": self.workers.num_healthy_workers,
+            "time/num_worker_restarts": self.workers.num_worker_restarts,
+            "time/num_dropped_fragments": self.workers.num_dropped_fragments,
             **stats,
         }
         return result

@@ -1,4 +1,4 @@
-"""RolloutWorker (one vector env + a policy copy) and WorkerSet (the workers of one run).
+"""RolloutWorker: one vector env + a copy of the policy; runs in-process or as a Ray actor.
 
 Gymnasium 1.x vector envs autoreset on the *next* step: after a sub-env reports terminated or
 truncated, the following ``step`` ignores its action, resets it and returns reward 0. That dummy
@@ -8,17 +8,20 @@ episode's final observation, is exactly the bootstrap value a truncated episode 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from rlrun.batch import SampleBatch
 from rlrun.config import EnvConfig, RolloutConfig
 from rlrun.envs import make_vector_env
 from rlrun.policy import Policy
+from rlrun.registry import load_plugins
 
 SB = SampleBatch
 VALID = "valid"  # time-major fragments only: False on dummy autoreset rows and dropped tails
@@ -37,6 +40,8 @@ class WorkerSpec:
     rollout: RolloutConfig
     seed: int
     worker_index: int = 0  # 0 = the local worker
+    plugins: tuple[str, ...] = ()  # imported first, so plugin envs/models/losses exist in a remote worker
+    launch_dir: str | None = None  # where plugin modules are looked up
 
 
 class RolloutWorker:
@@ -44,9 +49,11 @@ class RolloutWorker:
 
     def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], Policy]) -> None:
         self.spec = spec
+        if spec.plugins or spec.worker_index > 0:
+            load_plugins(list(spec.plugins), search_dirs=[spec.launch_dir] if spec.launch_dir else [])
         r = spec.rollout
-        self.num_envs = r.num_envs_per_worker
-        self.fragment_length = r.rollout_fragment_length
+        self.num_envs = int(r.num_envs_per_worker)
+        self.fragment_length = int(r.rollout_fragment_length)
         self.complete_episodes = r.batch_mode == "complete_episodes"
         self.env = make_vector_env(spec.env.id, self.num_envs, spec.env.kwargs, spec.env.vectorize)
         self.obs_space = self.env.single_observation_space
@@ -55,6 +62,9 @@ class RolloutWorker:
         self._low = getattr(self.action_space, "low", None)
         self._high = getattr(self.action_space, "high", None)
         self.policy = policy_factory(self.obs_space, self.action_space)
+        if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (DESIGN: Ray hygiene)
+            torch.set_num_threads(1)
+            self.policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
         # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
         self.obs, _ = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
         n = self.num_envs
@@ -166,6 +176,13 @@ class RolloutWorker:
         self._eps_id = self._id_base + self._next_eps + np.arange(n, dtype=np.int64)
         self._next_eps += n
 
+    def sample_with_metrics(self) -> tuple[SampleBatch, EpisodeStats]:
+        """``sample()`` plus the episodes completed meanwhile: one round trip for a remote worker."""
+        return self.sample(), self.get_metrics()
+
+    def get_pid(self) -> int:
+        return os.getpid()
+
     # ------------------------------------------------------------------ metrics / weights
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed since the last call (and forget them)."""
@@ -180,6 +197,9 @@ class RolloutWorker:
 
     def stop(self) -> None:
         self.env.close()
+
+    def __repr__(self) -> str:
+        return f"RolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, num_envs={self.num_envs})"
 
 
 def flatten_fragment(frag: SampleBatch) -> SampleBatch:
@@ -198,25 +218,3 @@ def fragment_ends(frag: SampleBatch) -> np.ndarray:
     ends = frag[SB.TERMINATEDS] | frag[SB.TRUNCATEDS]
     ends[-1] = True
     return ends
-
-
-class WorkerSet:
-    """The local worker plus (later) remote workers. With ``num_workers: 0`` there is only the
-    local worker, sampling in-process, and Ray is never imported."""
-
-    def __init__(self, local_worker: RolloutWorker) -> None:
-        self.local_worker = local_worker
-
-    def sample(self) -> list[SampleBatch]:
-        """One fragment from every worker (in parallel once there are remote workers)."""
-        return [self.local_worker.sample()]
-
-    def get_metrics(self) -> EpisodeStats:
-        return self.local_worker.get_metrics()
-
-    def sync_weights(self) -> None:
-        """Broadcast the local policy's weights to remote workers (none yet: the local worker
-        shares the learner's policy object)."""
-
-    def stop(self) -> None:
-        self.local_worker.stop()

@@ -1,0 +1,224 @@
+"""WorkerSet: the local worker plus ``num_workers`` remote RolloutWorker Ray actors.
+
+The only module that imports Ray, and only when ``num_workers > 0``. Synchronous sampling: every
+healthy remote worker samples one fragment in parallel; results are ordered by worker index, so a
+seed gives the same batch whatever finishes first. Weights go out with one ``ray.put`` per
+iteration. A worker that dies (process killed, env raised, timed out) loses at most the fragment it
+was sampling (counted), is restarted with the current weights, and the iteration goes on with the
+healthy workers. Past ``max_worker_restarts`` restarts the run stops with ``WorkerFailure``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rlrun.batch import SampleBatch
+from rlrun.config import RayConfig, RunConfig
+from rlrun.policy import Policy
+from rlrun.workers import EpisodeStats, RolloutWorker, WorkerSpec
+
+PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
+RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
+
+
+class WorkerFailure(RuntimeError):
+    """Remote workers kept dying past ``rollout.max_worker_restarts``."""
+
+
+class RayConnectionError(RuntimeError):
+    """``rollout.ray.address`` names no reachable Ray cluster."""
+
+
+def init_ray(rc: RayConfig) -> bool:
+    """Start a private local Ray instance or join ``rc.address``. Returns True if we connected
+    (and so must shut down); False if Ray was already initialised by the caller."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if rc.address is None:
+        # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
+        ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
+                 _node_ip_address="127.0.0.1", **quiet)  # type: ignore[arg-type]
+        return True
+    _check_reachable(rc.address)
+    try:
+        ray.init(address=rc.address, **quiet)  # type: ignore[arg-type]
+    except ConnectionError as e:
+        raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}") from None
+    return True
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when ``host:port`` has nothing listening (Ray retries long)."""
+    if address == "auto" or address.startswith("ray://") or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        raise RayConnectionError(
+            f"rollout.ray.address: no Ray cluster at '{address}' ({e}); start one with `ray start --head` "
+            "or set rollout.ray.address=null for a private local instance"
+        ) from None
+
+
+def _first_and_last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+
+
+class WorkerSet:
+    """The workers of one run. With ``num_workers: 0`` only the local worker exists."""
+
+    def __init__(self, cfg: RunConfig, policy_factory: PolicyFactory) -> None:
+        self.cfg = cfg
+        self.policy_factory = policy_factory
+        self.launch_dir = getattr(policy_factory, "launch_dir", None)
+        self.local_worker = RolloutWorker(self._spec(cfg.seed, 0), policy_factory)
+        self.num_workers = cfg.rollout.num_workers
+        self.num_worker_restarts = 0
+        self.num_dropped_fragments = 0
+        self._episodes = EpisodeStats([], [])
+        self._restarts_of: dict[int, int] = {}
+        self._remote: dict[int, Any] = {}
+        self._ray_owned = False
+        if self.num_workers > 0:
+            self._start_remote()
+
+    # ------------------------------------------------------------------ remote life cycle
+    def _start_remote(self) -> None:
+        import ray
+
+        self._ray_owned = init_ray(self.cfg.rollout.ray)
+        self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(RolloutWorker)
+        for i in range(1, self.num_workers + 1):
+            self._remote[i] = self._make_actor(i)
+        self.sync_weights()
+
+    def _make_actor(self, index: int) -> Any:
+        seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
+        return self._actor_cls.remote(self._spec(seed, index), self.policy_factory)
+
+    def _spec(self, seed: int, index: int) -> WorkerSpec:
+        c = self.cfg
+        return WorkerSpec(c.env, c.rollout, seed, index, tuple(c.plugins), self.launch_dir)
+
+    @property
+    def ray_address(self) -> str | None:
+        """GCS address of the Ray cluster the remote workers run on (None without Ray)."""
+        if not self._remote:
+            return None
+        import ray
+
+        return str(ray.get_runtime_context().gcs_address)
+
+    @property
+    def num_healthy_workers(self) -> int:
+        return len(self._remote) if self.num_workers else 1
+
+    def remote_pids(self) -> dict[int, int]:
+        import ray
+
+        return dict(zip(self._remote, ray.get([w.get_pid.remote() for w in self._remote.values()]), strict=True))
+
+    def _restart(self, index: int, reason: str) -> None:
+        import ray
+
+        self.num_worker_restarts += 1
+        if self.num_worker_restarts > self.cfg.rollout.max_worker_restarts:
+            raise WorkerFailure(
+                f"rollout worker {index} failed ({reason}); that is restart {self.num_worker_restarts}, past "
+                f"rollout.max_worker_restarts={self.cfg.rollout.max_worker_restarts}"
+            )
+        logging.getLogger("rlrun").warning("rollout worker %d failed (%s); restarting it", index, reason)
+        old = self._remote.pop(index, None)
+        if old is not None:
+            ray.kill(old, no_restart=True)
+        self._restarts_of[index] = self._restarts_of.get(index, 0) + 1
+        actor = self._make_actor(index)
+        actor.set_weights.remote(self._weights_ref())
+        self._remote[index] = actor
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self) -> list[SampleBatch]:
+        """One fragment from every healthy worker (remote ones in parallel), in worker order."""
+        if not self._remote:
+            batch, eps = self.local_worker.sample_with_metrics()
+            self._add(eps)
+            return [batch]
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        futures = [(i, w.sample_with_metrics.remote()) for i, w in sorted(self._remote.items())]
+        out: list[SampleBatch] = []
+        failed: list[tuple[int, str]] = []
+        timeout = self.cfg.rollout.sample_timeout_s
+        for i, ref in futures:
+            try:
+                batch, eps = ray.get(ref, timeout=timeout)
+            except RayActorError as e:
+                failed.append((i, f"actor died: {_first_and_last_line(str(e))}"))
+            except RayTaskError as e:
+                failed.append((i, f"sample() raised {type(e.cause).__name__}: {e.cause}"))
+            except GetTimeoutError:
+                failed.append((i, f"sample() took longer than rollout.sample_timeout_s={timeout:g}"))
+            else:
+                out.append(batch)
+                self._add(eps)
+        for i, reason in failed:
+            self.num_dropped_fragments += 1
+            self._restart(i, reason)
+        return out
+
+    def _add(self, eps: EpisodeStats) -> None:
+        self._episodes.returns.extend(eps.returns)
+        self._episodes.lengths.extend(eps.lengths)
+
+    def get_metrics(self) -> EpisodeStats:
+        """Episodes completed (on any worker) since the last call."""
+        out, self._episodes = self._episodes, EpisodeStats([], [])
+        return out
+
+    # ------------------------------------------------------------------ weights
+    def _weights_ref(self) -> Any:
+        import ray
+
+        if self._ref is None:
+            self._ref = ray.put(self.local_worker.get_weights())
+        return self._ref
+
+    _ref: Any = None
+
+    def sync_weights(self) -> None:
+        """Put the learner's weights in the object store once and send the reference to every
+        remote worker (actor calls run in order, so the next sample() sees them)."""
+        if not self._remote:
+            return  # the local worker shares the learner's policy object
+        self._ref = None
+        ref = self._weights_ref()
+        for w in self._remote.values():
+            w.set_weights.remote(ref)
+
+    def stop(self) -> None:
+        """Stop every worker and, if this WorkerSet connected to Ray, disconnect (a private
+        instance shuts down with it)."""
+        self.local_worker.stop()
+        if not self._remote and not self._ray_owned:
+            return
+        import ray
+
+        for w in self._remote.values():
+            ray.kill(w, no_restart=True)
+        self._remote.clear()
+        if self._ray_owned:
+            ray.shutdown()
+            self._ray_owned = False

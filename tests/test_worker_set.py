@@ -1,0 +1,194 @@
+"""Remote rollout workers on a real local Ray instance. Every Ray process runs in its own network
+namespace with only loopback (see conftest.isolated), and is stopped by the test."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import psutil
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO, isolated, rlrun_cmd
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _mlflow_run(d, experiment="ppo_cartpole"):
+    client = MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    (run,) = client.search_runs([exp.experiment_id])
+    return client, run
+
+
+def test_num_workers_0_never_imports_ray(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        from rlrun.cli import compose
+        from rlrun.run import run
+        r = run(compose(["+experiment=ppo_cartpole", "tracking=none", "progress=false",
+                         "stop.training_iteration=2"]))
+        assert r.metrics["training_iteration"] == 2
+        print("ray imported:", "ray" in sys.modules)
+    """)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "ray imported: False" in p.stdout
+
+
+@pytest.mark.ray
+def test_first_batches_reproducible_and_ray_shut_down_after_each_job(tmp_path):
+    # two jobs in one process, as Hydra's basic multirun launcher runs them
+    code = textwrap.dedent("""
+        import numpy as np, ray
+        from rlrun import make_trainer
+        batches = []
+        for _ in range(2):
+            t = make_trainer(["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2",
+                              "tracking=none", "seed=7"])
+            batches.append(t.sample_batch())
+            t.stop()
+            assert not ray.is_initialized(), "Ray still up after the job"
+        a, b = batches
+        assert a.keys() == b.keys()
+        print("rows", len(a), len(b))
+        print("identical:", all(np.array_equal(a[k], b[k]) for k in a))
+        print("workers differ:", not np.array_equal(a["obs"][:8], a["obs"][len(a) // 2:len(a) // 2 + 8]))
+    """)
+    p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=tmp_path, capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "identical: True" in p.stdout and "workers differ: True" in p.stdout, p.stdout
+    rows = [int(x) for x in p.stdout.split("rows ")[1].split()[:2]]
+    assert rows[0] == rows[1] and 512 <= rows[0] < 512 + 2 * 8  # overshoot < num_envs per fragment
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_killed_worker_is_restarted_and_the_run_still_reaches_475(tmp_path):
+    args = ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2", "seed=0"]
+    proc = subprocess.Popen(isolated(rlrun_cmd(*args)), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    killed = None
+    try:
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                       if "RolloutWorker" in " ".join(_cmdline(c))]
+            if len(workers) == 2:
+                time.sleep(4.0)  # let it train a little first
+                workers[0].send_signal(signal.SIGKILL)
+                killed = workers[0].pid
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed is not None, "never saw two RolloutWorker processes"
+    assert proc.returncode == 0, err[-3000:]
+    assert "stopped: rollout/episode_return_mean" in out.strip().splitlines()[-1], out[-500:]
+    client, run = _mlflow_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    restarts = client.get_metric_history(run.info.run_id, "time/num_worker_restarts")
+    assert max(m.value for m in restarts) >= 1
+    healthy = client.get_metric_history(run.info.run_id, "time/num_healthy_workers")
+    assert healthy[-1].value == 2
+    assert run.data.metrics["rollout/episode_return_mean"] >= 475
+
+
+def _cmdline(p):
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+@pytest.mark.ray
+def test_job_joins_an_existing_cluster_with_address_auto(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    script = textwrap.dedent(f"""
+        set -u
+        ray start --head --port=6390 --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
+            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
+        {sys.executable} -m rlrun +experiment=ppo_cartpole rollout=ray rollout.num_workers=2 \\
+            rollout.ray.address=auto stop.training_iteration=3
+        rc=$?
+        ray stop --force >/dev/null 2>&1
+        exit $rc
+    """)
+    p = subprocess.run(isolated(["bash", "-c", script]), cwd=tmp_path, capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    _, run = _mlflow_run(tmp_path)
+    assert run.data.tags["ray.address"] == "127.0.0.1:6390"  # the job ran on the cluster we started
+    assert run.data.metrics["time/num_healthy_workers"] == 2
+
+
+@pytest.mark.ray
+def test_address_without_a_cluster_fails_fast_with_a_clear_message(tmp_path):
+    t0 = time.monotonic()
+    p = subprocess.run(isolated(rlrun_cmd("rollout=ray", "rollout.ray.address=127.0.0.1:6391", "tracking=none")),
+                       cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 2
+    assert "rollout.ray.address: no Ray cluster at '127.0.0.1:6391'" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert time.monotonic() - t0 < 60
+
+
+FLAKY = textwrap.dedent('''
+    import os
+    import gymnasium as gym
+    from rlrun import ENVS
+
+    class Flaky(gym.Wrapper):
+        """CartPole that raises once its process has stepped ``after`` times (per process)."""
+        steps = 0
+
+        def __init__(self, env, after):
+            super().__init__(env)
+            self.after = after
+
+        def step(self, action):
+            Flaky.steps += 1
+            if Flaky.steps > self.after and os.getpid() != int(os.environ["DRIVER_PID"]):
+                raise RuntimeError("flaky env exploded")
+            return self.env.step(action)
+
+    @ENVS.register("FlakyCartPole", vector=False)
+    def flaky(after=3000):
+        return Flaky(gym.make("CartPole-v1"), after)
+''')
+
+
+@pytest.mark.ray
+def test_env_error_drops_one_fragment_restarts_and_past_the_bound_fails_cleanly(tmp_path):
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    driver = f"export DRIVER_PID=$$; exec {sys.executable} -m rlrun "
+    common = ("algo=pg rollout=ray rollout.num_workers=2 rollout.num_envs_per_worker=4 "
+              "rollout.rollout_fragment_length=32 algo.train_batch_size=256 env.id=FlakyCartPole "
+              "'plugins=[flaky]' progress=false")
+    # within the bound: each worker fails once (after 800 steps), is restarted, and the run finishes
+    ok = subprocess.run(isolated(["bash", "-c", driver + common + " +env.kwargs.after=800 stop.training_iteration=12 "
+                                  "rollout.max_worker_restarts=10"]),
+                        cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("default").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["time/num_worker_restarts"] >= 2
+    assert run.data.metrics["time/num_dropped_fragments"] >= 2
+    # past the bound: a clear message, a final checkpoint, and the MLflow run marked FAILED
+    bad = subprocess.run(isolated(["bash", "-c", driver + common + " +env.kwargs.after=800 stop.training_iteration=50 "
+                                   "rollout.max_worker_restarts=1 tracking.experiment_name=bound"]),
+                         cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=600)
+    assert bad.returncode == 1
+    assert "past rollout.max_worker_restarts=1" in bad.stderr and "flaky env exploded" in bad.stderr
+    (run,) = client.search_runs([client.get_experiment_by_name("bound").experiment_id])
+    assert run.info.status == "FAILED"
+    ckpts = client.list_artifacts(run.info.run_id, "checkpoints")
+    assert len(ckpts) == 1 and ckpts[0].path.startswith("checkpoints/iter_")
