@@ -30,7 +30,7 @@ def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
             line = proc.stdout.readline()
         time.sleep(2.0)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
