@@ -19,6 +19,7 @@ class SampleBatch(dict[str, np.ndarray]):
     """
 
     OBS: ClassVar[str] = "obs"
+    NEXT_OBS: ClassVar[str] = "next_obs"
     ACTIONS: ClassVar[str] = "actions"
     REWARDS: ClassVar[str] = "rewards"
     TERMINATEDS: ClassVar[str] = "terminateds"
@@ -31,6 +32,8 @@ class SampleBatch(dict[str, np.ndarray]):
     VF_PREDS: ClassVar[str] = "vf_preds"
     ADVANTAGES: ClassVar[str] = "advantages"
     VALUE_TARGETS: ClassVar[str] = "value_targets"
+    NSTEP_REWARDS: ClassVar[str] = "nstep_rewards"  # sum_k gamma^k r_{t+k} over up to n steps
+    NSTEP_DISCOUNT: ClassVar[str] = "nstep_discount"  # gamma^k for the bootstrap; 0 after a termination
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -47,6 +47,9 @@ LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], L
 # (policy, time-major fragment [T, B], last_values [B]) -> fragment with extra columns
 PostprocessFn = Callable[["Policy", SampleBatch, np.ndarray], SampleBatch]
 StatsFn = Callable[["Policy", SampleBatch], dict[str, float]]
+# (policy, obs [B, ...], explore) -> actions; replaces sampling from the action distribution
+ActionFn = Callable[["Policy", np.ndarray, bool], "ActionOutput"]
+InitFn = Callable[["Policy"], None]  # called at the end of Policy.__init__ (e.g. build a target network)
 
 
 @dataclass
@@ -69,6 +72,9 @@ class Policy:
     loss_fn: ClassVar[LossFn]
     postprocess_fn: ClassVar[PostprocessFn | None] = None
     stats_fn: ClassVar[StatsFn | None] = None
+    action_fn: ClassVar[ActionFn | None] = None
+    init_fn: ClassVar[InitFn | None] = None
+    needs_next_obs: ClassVar[bool] = False  # workers add a NEXT_OBS column before postprocessing
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec
@@ -89,10 +95,14 @@ class Policy:
         self.np_rng = np.random.default_rng(spec.seed)
         self.global_timestep = 0  # env steps sampled so far; drives schedules
         self._discrete = isinstance(spec.action_space, gym.spaces.Discrete)
+        if type(self).init_fn is not None:
+            type(self).init_fn(self)  # type: ignore[misc]
 
     # ------------------------------------------------------------------ acting
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> ActionOutput:
         """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass."""
+        if type(self).action_fn is not None:
+            return type(self).action_fn(self, obs, explore)  # type: ignore[misc]
         with torch.inference_mode():
             out = self.model(torch.as_tensor(obs))
             dist = self.dist_class(out.dist_inputs)
@@ -197,12 +207,25 @@ def build_policy(
     loss_fn: LossFn,
     postprocess_fn: PostprocessFn | None = None,
     stats_fn: StatsFn | None = None,
+    action_fn: ActionFn | None = None,
+    init_fn: InitFn | None = None,
+    needs_next_obs: bool = False,
 ) -> type[Policy]:
-    """A Policy class whose learning rule is ``loss_fn`` (functional API, no subclassing needed)."""
+    """A Policy class whose learning rule is ``loss_fn`` (functional API, no subclassing needed).
+
+    ``action_fn`` replaces sampling from the action distribution (e.g. epsilon-greedy on Q-values);
+    ``init_fn`` runs after construction; ``needs_next_obs`` asks workers for a NEXT_OBS column.
+    """
+    def static(fn: Any) -> Any:
+        return staticmethod(fn) if fn is not None else None
+
     attrs = {
         "name": name,
         "loss_fn": staticmethod(loss_fn),
-        "postprocess_fn": staticmethod(postprocess_fn) if postprocess_fn else None,
-        "stats_fn": staticmethod(stats_fn) if stats_fn else None,
+        "postprocess_fn": static(postprocess_fn),
+        "stats_fn": static(stats_fn),
+        "action_fn": static(action_fn),
+        "init_fn": static(init_fn),
+        "needs_next_obs": needs_next_obs,
     }
     return type(f"{name.title().replace('_', '')}Policy", (Policy,), attrs)

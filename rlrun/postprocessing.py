@@ -77,3 +77,38 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     """1 - Var[y_true - y_pred] / Var[y_true]; 1 is perfect, 0 is no better than a constant."""
     var_y = float(np.var(y_true))
     return float("nan") if var_y == 0 else 1.0 - float(np.var(y_true - y_pred)) / var_y
+
+
+class NStepResult(NamedTuple):
+    rewards: np.ndarray  # [T, ...] sum_{k<m} gamma^k r_{t+k}, m = steps used (<= n)
+    discounts: np.ndarray  # [T, ...] gamma^m for bootstrapping from obs t+m; 0 if terminated within m
+    offsets: np.ndarray  # [T, ...] int, m: the bootstrap observation is the next obs of row t+m-1
+
+
+def compute_nstep(
+    rewards: np.ndarray, terminateds: np.ndarray, ends: np.ndarray, n: int, gamma: float
+) -> NStepResult:
+    """n-step returns that stop at episode ends and fragment cuts (``ends``), time-major ``[T, ...]``.
+
+    A window that reaches a termination gets discount 0 (no bootstrap); one cut by a truncation or
+    the fragment end bootstraps from the next observation of its last row, with gamma^m.
+    """
+    if n < 1:
+        raise ValueError(f"n-step needs n >= 1, got {n}")
+    T = rewards.shape[0]
+    out_r = np.zeros(rewards.shape, dtype=np.float32)
+    disc = np.ones(rewards.shape, dtype=np.float32)
+    offsets = np.zeros(rewards.shape, dtype=np.int64)
+    alive = np.ones(rewards.shape, dtype=bool)  # window still open
+    term_hit = np.zeros(rewards.shape, dtype=bool)
+    for k in range(n):
+        idx = np.minimum(np.arange(T) + k, T - 1)
+        in_range = (np.arange(T) + k < T).reshape((T,) + (1,) * (rewards.ndim - 1))
+        step = alive & in_range
+        out_r += np.where(step, disc * rewards[idx], 0.0)
+        disc = np.where(step, disc * gamma, disc)
+        offsets += step
+        term_hit |= step & terminateds[idx]
+        alive = step & ~ends[idx]
+    disc = np.where(term_hit, 0.0, disc).astype(np.float32)
+    return NStepResult(out_r, disc, offsets)

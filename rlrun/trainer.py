@@ -23,7 +23,7 @@ import torch
 
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.config import AlgoConfig, RunConfig
-from rlrun.policy import Policy, PolicySpec, PostprocessFn, build_policy
+from rlrun.policy import ActionFn, InitFn, Policy, PolicySpec, PostprocessFn, build_policy
 from rlrun.registry import ALGOS, LOSSES, Entry, load_plugins
 from rlrun.worker_set import WorkerSet
 
@@ -62,7 +62,10 @@ class PolicyFactory:
         c = self.cfg
         load_plugins(c.plugins, search_dirs=[self.launch_dir])
         algo_cls = ALGOS.get(c.algo.name)
-        policy_cls = build_policy(c.algo.name, loss_fn=LOSSES.get(c.loss.name), postprocess_fn=algo_cls.postprocess_fn)
+        policy_cls = build_policy(
+            c.algo.name, loss_fn=LOSSES.get(c.loss.name), postprocess_fn=algo_cls.postprocess_fn,
+            action_fn=algo_cls.action_fn, init_fn=algo_cls.init_fn, needs_next_obs=algo_cls.needs_next_obs,
+        )
         return policy_cls(PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed))
 
 
@@ -72,6 +75,9 @@ class Trainer:
     config_cls: ClassVar[type[AlgoConfig]] = AlgoConfig
     default_loss: ClassVar[str] = "pg"
     postprocess_fn: ClassVar[PostprocessFn | None] = None
+    action_fn: ClassVar[ActionFn | None] = None  # None: sample from the action distribution
+    init_fn: ClassVar[InitFn | None] = None
+    needs_next_obs: ClassVar[bool] = False
     provides_columns: ClassVar[tuple[str, ...]] = COLLECTED_COLUMNS
     metrics: ClassVar[tuple[str, ...]] = ()  # extra metric names this algo reports
 

@@ -128,6 +128,8 @@ class RolloutWorker:
         frag = SampleBatch({k: v[:step] for k, v in buf.items()})
         if self.complete_episodes:  # drop each sub-env's unfinished tail
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
+        if self.policy.needs_next_obs:  # next-step autoreset: the dummy row's obs is the final obs
+            frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
         last_values = self.policy.compute_values(self.obs)
         frag = self.policy.postprocess_trajectory(frag, last_values)
         batch = flatten_fragment(frag)

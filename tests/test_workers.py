@@ -100,3 +100,37 @@ def test_episode_metrics_and_seeded_reproducibility():
     assert w.get_metrics().returns == []
     a, b = make_worker([3, 5], [False, True]).sample(), make_worker([3, 5], [False, True]).sample()
     np.testing.assert_array_equal(a[SB.ACTIONS], b[SB.ACTIONS])
+
+
+def test_next_obs_and_nstep_columns_for_replay_algorithms():
+    from rlrun.algos.dqn import DQNConfig, DQNLossConfig, dqn_actions, dqn_init, dqn_postprocess, dqn_td_loss
+
+    env = EnvConfig(id="scripted", kwargs={"lengths": [3, 4], "truncate": [False, True]})
+    rollout = RolloutConfig(num_envs_per_worker=2, rollout_fragment_length=6)
+    policy_cls = build_policy("q", loss_fn=dqn_td_loss, postprocess_fn=dqn_postprocess, action_fn=dqn_actions,
+                              init_fn=dqn_init, needs_next_obs=True)
+    algo = DQNConfig(gamma=0.5, n_step=2)
+
+    def factory(obs_space, act_space):
+        return policy_cls(PolicySpec(obs_space, act_space, algo, DQNLossConfig(), ModelConfig(name="value_is_ten_t")))
+
+    b = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), factory).sample()
+    t, nt = b[SB.OBS][:, 1], b[SB.NEXT_OBS][:, 1]
+    ended = b[SB.TERMINATEDS] | b[SB.TRUNCATEDS]
+    env_id = b[SB.OBS][:, 0]
+    length = np.where(env_id == 0, 3, 4)
+    # a window of m <= 2 steps bootstraps from the obs m steps later (discount gamma^m); windows stop
+    # at episode ends and at the fragment cut
+    disc = b[SB.NSTEP_DISCOUNT]
+    boot = disc > 0
+    m = np.round(np.log(disc[boot]) / np.log(0.5)).astype(int)
+    assert set(m.tolist()) <= {1, 2} and 2 in m
+    np.testing.assert_array_equal(nt[boot], t[boot] + m)
+    np.testing.assert_array_equal(nt[ended], length[ended])  # the final observation
+    assert (env_id[~boot] == 0).all() and (nt[~boot] == 3).all()  # only windows into a termination
+    # terminated windows never bootstrap; a truncated end bootstraps with gamma^1
+    last = ended & (env_id == 0)
+    assert (b[SB.NSTEP_DISCOUNT][last] == 0).all()
+    trunc_end = ended & (env_id == 1)
+    np.testing.assert_allclose(b[SB.NSTEP_DISCOUNT][trunc_end], 0.5)
+    np.testing.assert_allclose(b[SB.NSTEP_REWARDS][trunc_end], 4.0)  # reward at t=3 is 1 + 3

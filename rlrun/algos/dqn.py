@@ -1,0 +1,187 @@
+"""DQN / Simple Q (Mnih et al. 2015) with the usual options: double Q (van Hasselt et al. 2016),
+dueling heads (Wang et al. 2016), n-step returns, Huber TD loss, epsilon-greedy exploration.
+
+Dataflow per iteration: sample ``train_batch_size`` env steps (n-step targets computed on the
+worker) -> add to the replay buffer -> once ``learning_starts`` steps are stored, do
+``training_intensity x env steps / sgd_minibatch_size`` SGD steps on uniform replay minibatches
+-> copy the online net to the target net every ``target_network_update_freq`` env steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlrun.batch import SampleBatch as SB
+from rlrun.config import AlgoConfig, LossConfig
+from rlrun.distributions import ActionDistribution
+from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp
+from rlrun.policy import ActionOutput, LossOutput, Policy, TorchBatch
+from rlrun.postprocessing import compute_nstep
+from rlrun.registry import ALGOS, LOSSES, MODELS
+from rlrun.replay import ReplayBuffer
+from rlrun.trainer import COLLECTED_COLUMNS, Trainer
+from rlrun.workers import fragment_ends
+
+
+@dataclass
+class DQNConfig(AlgoConfig):
+    name: str = "dqn"
+    lr: float = 1e-3
+    gamma: float = 0.99
+    grad_clip: float | None = 10.0
+    train_batch_size: int = 256  # env steps sampled per iteration
+    sgd_minibatch_size: int | None = 64  # rows per replay minibatch
+    training_intensity: float = 16.0  # replayed rows trained on per env step sampled
+    replay_capacity: int = 100_000
+    learning_starts: int = 1000  # env steps in the buffer before the first SGD step
+    target_network_update_freq: int = 500  # env steps between target-network copies
+    n_step: int = 1
+    double_q: bool = True
+    # epsilon-greedy schedule, piecewise linear in env steps: [[0, 1.0], [10000, 0.05]]
+    epsilon: list[list[float]] = field(default_factory=lambda: [[0.0, 1.0], [10_000.0, 0.05]])
+
+
+@dataclass
+class DQNLossConfig(LossConfig):
+    name: str = "dqn_td"
+    huber_delta: float = 1.0  # Huber loss threshold; 0 = plain squared error
+
+
+@dataclass
+class QMLPConfig(MLPConfig):
+    name: str = "q_mlp"
+    hiddens: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "relu"
+    dueling: bool = False  # Q = V + A - mean(A)
+
+
+@MODELS.register("q_mlp", config=QMLPConfig)
+class QMLPModel(nn.Module):
+    """Q-network: ``dist_inputs`` are Q-values ``[B, num_actions]``, ``values`` = max_a Q."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: QMLPConfig) -> None:
+        super().__init__()
+        sizes = [int(np.prod(obs_space.shape or (1,))), *config.hiddens]
+        self.torso = _mlp(sizes, ACTIVATIONS[config.activation])
+        self.adv_head = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
+        self.v_head = _init(nn.Linear(sizes[-1], 1), 1.0) if config.dueling else None
+        self._act = _ACT_FNS[config.activation]
+        self._layers = [m for m in self.torso if isinstance(m, nn.Linear)]
+
+    def forward(self, obs: torch.Tensor) -> ModelOutput:
+        h = obs.reshape(obs.shape[0], -1).float()
+        for layer in self._layers:  # functional calls: see MLPModel
+            h = self._act(F.linear(h, layer.weight, layer.bias))
+        q = F.linear(h, self.adv_head.weight, self.adv_head.bias)
+        if self.v_head is not None:
+            q = F.linear(h, self.v_head.weight, self.v_head.bias) + q - q.mean(dim=-1, keepdim=True)
+        return ModelOutput(q, q.max(dim=-1).values)
+
+
+def epsilon(policy: Policy) -> float:
+    sched = policy.config.epsilon  # type: ignore[attr-defined]
+    return float(np.interp(policy.global_timestep, [p[0] for p in sched], [p[1] for p in sched]))
+
+
+def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
+    """Greedy in Q, or uniformly random with probability epsilon (explore only)."""
+    with torch.inference_mode():
+        out = policy.model(torch.as_tensor(obs))
+    q = out.dist_inputs.detach().numpy()
+    actions = q.argmax(axis=-1)
+    if explore:
+        rand = policy.np_rng.random(len(actions)) < epsilon(policy)
+        actions = np.where(rand, policy.np_rng.integers(0, q.shape[-1], len(actions)), actions)
+    zeros = np.zeros(len(actions), dtype=np.float32)
+    return ActionOutput(actions.astype(np.int64), zeros, out.values.detach().numpy(), q)
+
+
+def dqn_init(policy: Policy) -> None:
+    policy.target_model = copy.deepcopy(policy.model).requires_grad_(False)  # type: ignore[attr-defined]
+
+
+def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
+    """n-step rewards and discounts; NEXT_OBS becomes the observation n steps later."""
+    cfg: DQNConfig = policy.config  # type: ignore[assignment]
+    res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), cfg.n_step,
+                        cfg.gamma)
+    T, B = fragment[SB.REWARDS].shape
+    rows = np.minimum(np.arange(T)[:, None] + np.maximum(res.offsets, 1) - 1, T - 1)
+    fragment[SB.NEXT_OBS] = fragment[SB.NEXT_OBS][rows, np.arange(B)[None, :]]
+    fragment[SB.NSTEP_REWARDS] = res.rewards
+    fragment[SB.NSTEP_DISCOUNT] = res.discounts
+    return fragment
+
+
+@LOSSES.register(
+    "dqn_td", config=DQNLossConfig,
+    requires=(SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
+    terms=("td",), stats=("q_mean", "target_mean", "epsilon"),
+)
+def dqn_td_loss(
+    policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch
+) -> LossOutput:
+    """Huber(Q(s, a) - [R_n + gamma^n Q_target(s', argmax_a' Q(s', a'))]) (double Q) or max_a' Q_target."""
+    c: DQNLossConfig = policy.loss_config  # type: ignore[assignment]
+    cfg: DQNConfig = policy.config  # type: ignore[assignment]
+    q = model(batch[SB.OBS]).dist_inputs
+    q_sa = q.gather(-1, batch[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        q_next_target = policy.target_model(batch[SB.NEXT_OBS]).dist_inputs  # type: ignore[attr-defined]
+        if cfg.double_q:
+            best = model(batch[SB.NEXT_OBS]).dist_inputs.argmax(-1, keepdim=True)
+            q_next = q_next_target.gather(-1, best).squeeze(-1)
+        else:
+            q_next = q_next_target.max(-1).values
+        target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
+    squared = c.huber_delta <= 0
+    td = 0.5 * (q_sa - target).pow(2).mean() if squared else F.huber_loss(q_sa, target, delta=c.huber_delta)
+    return LossOutput(td, {"td": td}, {"q_mean": q_sa.detach().mean(), "target_mean": target.mean(),
+                                       "epsilon": epsilon(policy)})
+
+
+@ALGOS.register("dqn", config=DQNConfig)
+class DQNTrainer(Trainer):
+    config_cls = DQNConfig
+    default_loss = "dqn_td"
+    postprocess_fn = dqn_postprocess
+    action_fn = dqn_actions
+    init_fn = dqn_init
+    needs_next_obs = True
+    provides_columns = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+    metrics = ("train/replay_size", "train/num_target_updates")
+
+    def setup(self) -> None:
+        cfg: DQNConfig = self.config  # type: ignore[assignment]
+        self.replay = ReplayBuffer(cfg.replay_capacity, seed=self.cfg.seed)
+        self._last_target_update = 0
+        self.num_target_updates = 0
+
+    def learn(self, batch: SB) -> dict[str, float]:
+        cfg: DQNConfig = self.config  # type: ignore[assignment]
+        keep = (SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+        self.replay.add(SB({k: batch[k] for k in keep}))
+        stats: dict[str, float] = {}
+        if len(self.replay) >= cfg.learning_starts:
+            mb = cfg.sgd_minibatch_size or 64
+            steps = max(1, round(cfg.training_intensity * len(batch) / mb))
+            sums: dict[str, float] = {}
+            for _ in range(steps):
+                for k, v in self.policy.learn_on_batch(self.replay.sample(mb)).items():
+                    sums[k] = sums.get(k, 0.0) + v
+            stats = {k: v / steps for k, v in sums.items()}
+            stats["train/num_sgd_steps"] = float(steps)
+        if self.timesteps_total - self._last_target_update >= cfg.target_network_update_freq:
+            self.policy.target_model.load_state_dict(self.policy.model.state_dict())  # type: ignore[attr-defined]
+            self._last_target_update = self.timesteps_total
+            self.num_target_updates += 1
+        stats["train/replay_size"] = float(len(self.replay))
+        stats["train/num_target_updates"] = float(self.num_target_updates)
+        return stats

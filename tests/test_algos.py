@@ -1,0 +1,132 @@
+"""Losses pinned on hand-made tensors; n-step targets on hand-computed arrays; replay wrap-around."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rlrun.algos.a2c import A2CLossConfig, a2c_loss
+from rlrun.algos.dqn import DQNConfig, DQNLossConfig, dqn_td_loss
+from rlrun.algos.pg import PGLossConfig, pg_loss
+from rlrun.algos.ppo import PPOClipLossConfig, ppo_clip_loss
+from rlrun.batch import SampleBatch as SB
+from rlrun.distributions import Categorical
+from rlrun.models import ModelOutput
+from rlrun.postprocessing import compute_nstep
+from rlrun.replay import ReplayBuffer
+
+
+class Fixed(nn.Module):
+    """A 'model' whose outputs are parameters, so gradients w.r.t. them can be read directly."""
+
+    def __init__(self, logits, values):
+        super().__init__()
+        self.logits = nn.Parameter(torch.tensor(logits, dtype=torch.float32))
+        self.values = nn.Parameter(torch.tensor(values, dtype=torch.float32))
+
+    def forward(self, obs):
+        return ModelOutput(self.logits, self.values)
+
+
+def two_actions(p_first):
+    """Logits of a 2-action categorical with P(action 0) = p_first."""
+    return [math.log(p_first), math.log(1 - p_first)]
+
+
+def test_ppo_clip_values_and_clipping_edges():
+    # row 0: ratio 1.5 > 1 + eps with A > 0 -> clipped, no policy gradient
+    # row 1: ratio 0.5 < 1 - eps with A < 0 -> clipped, no policy gradient
+    # row 2: ratio 1.0 inside the range -> gradient pushes logp(a) up for A > 0
+    old_p, new_p = [0.4, 0.6, 0.5], [0.6, 0.3, 0.5]
+    model = Fixed([two_actions(p) for p in new_p], [0.0, 0.0, 0.0])
+    batch = {
+        SB.OBS: torch.zeros(3, 1), SB.ACTIONS: torch.tensor([0, 0, 0]),
+        SB.ACTION_LOGP: torch.log(torch.tensor(old_p)), SB.ADVANTAGES: torch.tensor([1.0, -1.0, 2.0]),
+        SB.VALUE_TARGETS: torch.tensor([1.0, 2.0, 3.0]), SB.VF_PREDS: torch.zeros(3),
+        SB.ACTION_DIST_INPUTS: torch.tensor([two_actions(p) for p in old_p]),
+    }
+    cfg = PPOClipLossConfig(clip_param=0.2, vf_coeff=0.5, entropy_coeff=0.0, normalize_advantages=False)
+    out = ppo_clip_loss(SimpleNamespace(loss_config=cfg, kl_coeff=0.0), model, Categorical, batch)
+    # surrogate per row: min(r A, clip(r) A) = [1.2 * 1, 0.8 * -1, 1.0 * 2]
+    assert out.terms["policy"].item() == pytest.approx(-(1.2 - 0.8 + 2.0) / 3, rel=1e-5)
+    assert out.terms["vf"].item() == pytest.approx(0.5 * (1 + 4 + 9) / 3, rel=1e-5)
+    assert out.stats["clip_frac"].item() == pytest.approx(2 / 3)
+    out.terms["policy"].backward()
+    g = model.logits.grad
+    assert torch.allclose(g[0], torch.zeros(2)) and torch.allclose(g[1], torch.zeros(2))
+    assert g[2, 0] < 0 < g[2, 1]  # descending the loss raises the logit of the advantaged action
+
+
+def test_ppo_value_clipping_takes_the_pessimistic_error():
+    model = Fixed([two_actions(0.5)], [3.0])
+    batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.ACTION_LOGP: torch.log(torch.tensor([0.5])),
+             SB.ADVANTAGES: torch.tensor([0.0]), SB.VALUE_TARGETS: torch.tensor([2.5]),
+             SB.VF_PREDS: torch.tensor([0.0]), SB.ACTION_DIST_INPUTS: torch.tensor([two_actions(0.5)])}
+    cfg = PPOClipLossConfig(vf_clip_param=1.0, normalize_advantages=False)
+    out = ppo_clip_loss(SimpleNamespace(loss_config=cfg, kl_coeff=0.0), model, Categorical, batch)
+    # unclipped error (3 - 2.5)^2 = 0.25; clipped prediction 1.0 -> (1 - 2.5)^2 = 2.25; max -> 2.25
+    assert out.terms["vf"].item() == pytest.approx(0.5 * 2.25)
+
+
+def test_pg_and_a2c_gradient_signs_and_values():
+    model = Fixed([two_actions(0.5), two_actions(0.5)], [1.0, 1.0])
+    batch = {SB.OBS: torch.zeros(2, 1), SB.ACTIONS: torch.tensor([0, 1]), SB.ADVANTAGES: torch.tensor([1.0, -1.0]),
+             SB.VALUE_TARGETS: torch.tensor([3.0, 1.0])}
+    out = pg_loss(SimpleNamespace(loss_config=PGLossConfig(normalize_advantages=False)), model, Categorical, batch)
+    assert out.terms["policy"].item() == pytest.approx(-(math.log(0.5) * 1 + math.log(0.5) * -1) / 2)
+    out.total.backward()
+    assert model.logits.grad[0, 0] < 0 and model.logits.grad[1, 1] > 0
+    model.logits.grad = None
+    cfg = A2CLossConfig(vf_coeff=0.5, entropy_coeff=0.0)
+    out = a2c_loss(SimpleNamespace(loss_config=cfg), model, Categorical, batch)
+    assert out.terms["vf"].item() == pytest.approx(0.5 * (4 + 0) / 2)
+    out.total.backward()
+    assert model.values.grad[0] < 0  # V below its target is pushed up
+
+
+def test_dqn_td_target_double_q_and_huber():
+    q_online = Fixed([[1.0, 2.0]], [0.0])
+    target = Fixed([[10.0, 4.0]], [0.0])
+    batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.NEXT_OBS: torch.zeros(1, 1),
+             SB.NSTEP_REWARDS: torch.tensor([1.0]), SB.NSTEP_DISCOUNT: torch.tensor([0.5])}
+    policy = SimpleNamespace(loss_config=DQNLossConfig(huber_delta=0.0), target_model=target,
+                             config=DQNConfig(double_q=True, epsilon=[[0, 0.1]]), global_timestep=0)
+    out = dqn_td_loss(policy, q_online, Categorical, batch)
+    # double Q: argmax online(s') = action 1 -> target Q 4.0; target = 1 + 0.5 * 4 = 3; Q(s, 0) = 1
+    assert out.stats["target_mean"].item() == pytest.approx(3.0)
+    assert out.terms["td"].item() == pytest.approx(0.5 * 4.0)
+    policy.config = DQNConfig(double_q=False, epsilon=[[0, 0.1]])
+    out = dqn_td_loss(policy, q_online, Categorical, batch)
+    assert out.stats["target_mean"].item() == pytest.approx(1 + 0.5 * 10.0)  # max over the target net
+    policy.loss_config = DQNLossConfig(huber_delta=1.0)
+    out = dqn_td_loss(policy, q_online, Categorical, batch)
+    assert out.terms["td"].item() == pytest.approx(abs(6.0 - 1.0) - 0.5)  # Huber: linear beyond delta
+    batch[SB.NSTEP_DISCOUNT] = torch.tensor([0.0])  # terminated: no bootstrap
+    assert dqn_td_loss(policy, q_online, Categorical, batch).stats["target_mean"].item() == pytest.approx(1.0)
+
+
+def test_nstep_matches_hand_computed():
+    r = np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32)
+    term = np.array([False, False, True, False, False])
+    ends = np.array([False, False, True, False, True])  # episode ends at t=2; fragment cut at t=4
+    res = compute_nstep(r, term, ends, n=3, gamma=0.5)
+    np.testing.assert_allclose(res.rewards, [1 + 1 + 0.75, 2 + 1.5, 3, 4 + 2.5, 5])
+    np.testing.assert_array_equal(res.offsets, [3, 2, 1, 2, 1])
+    np.testing.assert_allclose(res.discounts, [0, 0, 0, 0.25, 0.5])  # windows into the termination: 0
+
+
+def test_replay_buffer_wraps_around_and_samples_what_it_holds():
+    buf = ReplayBuffer(capacity=5, seed=0)
+    buf.add(SB({"x": np.arange(3)}))
+    assert len(buf) == 3
+    buf.add(SB({"x": np.arange(3, 7)}))  # 7 rows into 5 slots: 0 and 1 are overwritten
+    assert len(buf) == 5 and buf.num_added == 7
+    assert sorted(buf.get_state()["cols"]["x"].tolist()) == [2, 3, 4, 5, 6]
+    assert set(buf.sample(200)["x"].tolist()) == {2, 3, 4, 5, 6}
+    buf.add(SB({"x": np.arange(100, 112)}))  # more rows than the capacity: the newest 5 stay
+    assert sorted(buf.get_state()["cols"]["x"].tolist()) == [107, 108, 109, 110, 111]
+    with pytest.raises(ValueError, match="columns"):
+        buf.add(SB({"y": np.arange(2)}))
