@@ -32,6 +32,7 @@ class SampleBatch(dict[str, np.ndarray]):
     VF_PREDS: ClassVar[str] = "vf_preds"
     ADVANTAGES: ClassVar[str] = "advantages"
     VALUE_TARGETS: ClassVar[str] = "value_targets"
+    ENDS: ClassVar[str] = "ends"  # the return recursion stops after this row (episode end or fragment cut)
     NSTEP_REWARDS: ClassVar[str] = "nstep_rewards"  # sum_k gamma^k r_{t+k} over up to n steps
     NSTEP_DISCOUNT: ClassVar[str] = "nstep_discount"  # gamma^k for the bootstrap; 0 after a termination
 

@@ -112,3 +112,49 @@ def compute_nstep(
         alive = step & ~ends[idx]
     disc = np.where(term_hit, 0.0, disc).astype(np.float32)
     return NStepResult(out_r, disc, offsets)
+
+
+class VTraceResult(NamedTuple):
+    vs: np.ndarray  # [N] V-trace value targets
+    pg_advantages: np.ndarray  # [N] rho_t * (r_t + gamma * vs_{t+1} - V(x_t)), the policy-gradient advantages
+
+
+def vtrace(
+    behaviour_logp: np.ndarray,
+    target_logp: np.ndarray,
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminateds: np.ndarray,
+    ends: np.ndarray,
+    gamma: float,
+    clip_rho: float = 1.0,
+    clip_c: float = 1.0,
+    lam: float = 1.0,
+) -> VTraceResult:
+    """V-trace off-policy targets (Espeholt et al. 2018, IMPALA, eq. 1 and remark 1), time-major 1-D.
+
+    Rows are one or more trajectory segments in time order; ``ends[t]`` stops the recursion after t
+    (episode end or segment cut) and ``next_values[t]`` is V of the observation after t (its
+    bootstrap at a truncation or cut; ignored where ``terminateds``). ``values`` and
+    ``next_values`` come from the current (target) value function.
+    """
+    n = len(rewards)
+    log_rho = target_logp.astype(np.float64) - behaviour_logp.astype(np.float64)
+    rho = np.exp(np.minimum(log_rho, 50.0))
+    rho_bar = np.minimum(clip_rho, rho)
+    c = lam * np.minimum(clip_c, rho)
+    not_term = 1.0 - terminateds.astype(np.float64)
+    deltas = rho_bar * (rewards + gamma * next_values * not_term - values)
+    carry = gamma * c * (1.0 - ends.astype(np.float64))
+    # backward recursion on python floats (much faster than numpy scalars for a few thousand rows)
+    d, k, v = deltas.tolist(), carry.tolist(), values.astype(np.float64).tolist()
+    vs_minus_v = [0.0] * n
+    acc = 0.0
+    for t in range(n - 1, -1, -1):
+        acc = d[t] + k[t] * acc
+        vs_minus_v[t] = acc
+    vs = np.asarray(vs_minus_v) + np.asarray(v)
+    vs_next = np.where(ends, next_values, np.r_[vs[1:], 0.0])
+    pg_adv = rho_bar * (rewards + gamma * not_term * vs_next - values)
+    return VTraceResult(vs.astype(np.float32), pg_adv.astype(np.float32))

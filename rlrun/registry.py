@@ -117,7 +117,7 @@ def load_builtins() -> None:
         return
     _BUILTINS_LOADED = True
     from rlrun import distributions, envs, models  # noqa: F401
-    from rlrun.algos import a2c, dqn, pg, ppo  # noqa: F401
+    from rlrun.algos import a2c, appo, dqn, pg, ppo  # noqa: F401
 
 
 def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ()) -> None:

@@ -31,8 +31,8 @@ ROLLOUT_METRICS = (
     "rollout/episode_return_mean", "rollout/episode_return_min", "rollout/episode_return_max",
     "rollout/episode_len_mean", "rollout/episodes_this_iter", "rollout/env_steps_this_iter",
 )
-TIME_METRICS = ("time/env_steps_per_s", "time/sample_s", "time/learn_s", "time/sync_weights_s",
-                "time/iteration_s", "time/num_healthy_workers", "time/num_worker_restarts",
+TIME_METRICS = ("time/env_steps_per_s", "time/env_steps_trained_per_s", "time/sample_s", "time/learn_s",
+                "time/sync_weights_s", "time/iteration_s", "time/num_healthy_workers", "time/num_worker_restarts",
                 "time/num_dropped_fragments")
 POLICY_METRICS = ("loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps",
                   "train/explained_variance")
@@ -78,6 +78,7 @@ class Trainer:
     action_fn: ClassVar[ActionFn | None] = None  # None: sample from the action distribution
     init_fn: ClassVar[InitFn | None] = None
     needs_next_obs: ClassVar[bool] = False
+    async_sampling: ClassVar[bool] = False  # learn on whatever fragments arrived (APPO)
     provides_columns: ClassVar[tuple[str, ...]] = COLLECTED_COLUMNS
     metrics: ClassVar[tuple[str, ...]] = ()  # extra metric names this algo reports
 
@@ -112,7 +113,11 @@ class Trainer:
         batches: list[SampleBatch] = []
         n = 0
         while n < self.config.train_batch_size:
-            for b in self.workers.sample():
+            if self.async_sampling:
+                got = self.workers.sample_async(getattr(self.config, "broadcast_interval", 1))
+            else:
+                got = self.workers.sample()
+            for b in got:
                 batches.append(b)
                 n += len(b)
         return concat_samples(batches)
@@ -128,7 +133,7 @@ class Trainer:
         stats = self.learn(batch)
         self.after_learn(stats)
         t2 = time.perf_counter()
-        self.workers.sync_weights()
+        self.workers.sync_weights(broadcast=not self.async_sampling)
         t3 = time.perf_counter()
         self.iteration += 1
         self.time_total_s += t3 - t0
@@ -142,6 +147,7 @@ class Trainer:
             **self._episode_metrics(len(episodes.returns)),
             "rollout/env_steps_this_iter": steps,
             "time/env_steps_per_s": steps / max(t3 - t0, 1e-9),
+            "time/env_steps_trained_per_s": steps / max(t3 - t0, 1e-9),  # the learner's throughput
             "time/sample_s": t1 - t0,
             "time/learn_s": t2 - t1,
             "time/sync_weights_s": t3 - t2,

@@ -90,6 +90,8 @@ class WorkerSet:
         self._episodes = EpisodeStats([], [])
         self._restarts_of: dict[int, int] = {}
         self._remote: dict[int, Any] = {}
+        self._in_flight: dict[Any, int] = {}  # async sampling: request ref -> worker index
+        self._collected: dict[int, int] = {}  # async sampling: fragments collected per worker
         self._ray_owned = False
         if self.num_workers > 0:
             self._start_remote()
@@ -179,6 +181,47 @@ class WorkerSet:
             self._restart(i, reason)
         return out
 
+    def sample_async(self, broadcast_interval: int = 1) -> list[SampleBatch]:
+        """Whatever fragments have arrived (at least one), each remote worker always having one
+        sample request in flight. A worker gets the learner's latest weights when every
+        ``broadcast_interval``-th of its fragments is collected, before its next request.
+        Without remote workers this is one synchronous local fragment."""
+        if not self._remote:
+            return self.sample()
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        for i, w in self._remote.items():  # (re)start requests for new or restarted workers
+            if i not in self._in_flight.values():
+                self._in_flight[w.sample_with_metrics.remote()] = i
+        refs = list(self._in_flight)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=self.cfg.rollout.sample_timeout_s)
+        if not ready:
+            i = self._in_flight[refs[0]]
+            del self._in_flight[refs[0]]
+            self.num_dropped_fragments += 1
+            limit = self.cfg.rollout.sample_timeout_s
+            self._restart(i, f"sample() took longer than rollout.sample_timeout_s={limit:g}")
+            return []
+        more, _ = ray.wait([r for r in refs if r not in ready], num_returns=len(refs) - len(ready), timeout=0)
+        out: list[SampleBatch] = []
+        for ref in sorted(ready + more, key=lambda r: self._in_flight[r]):
+            i = self._in_flight.pop(ref)
+            try:
+                batch, eps = ray.get(ref)
+            except (RayActorError, RayTaskError) as e:
+                self.num_dropped_fragments += 1
+                self._restart(i, f"{type(e).__name__}: {_first_and_last_line(str(e))}")
+                continue
+            out.append(batch)
+            self._add(eps)
+            self._collected[i] = self._collected.get(i, 0) + 1
+            w = self._remote[i]
+            if self._collected[i] % max(broadcast_interval, 1) == 0:
+                w.set_weights.remote(self._weights_ref())
+            self._in_flight[w.sample_with_metrics.remote()] = i
+        return out
+
     def _add(self, eps: EpisodeStats) -> None:
         self._episodes.returns.extend(eps.returns)
         self._episodes.lengths.extend(eps.lengths)
@@ -198,12 +241,16 @@ class WorkerSet:
 
     _ref: Any = None
 
-    def sync_weights(self) -> None:
+    def sync_weights(self, broadcast: bool = True) -> None:
         """Put the learner's weights in the object store once and send the reference to every
-        remote worker (actor calls run in order, so the next sample() sees them)."""
+        remote worker (actor calls run in order, so the next sample() sees them). With
+        ``broadcast=False`` (async sampling) the weights are only marked stale; ``sample_async``
+        puts them once and hands them to workers as their fragments come in."""
         if not self._remote:
             return  # the local worker shares the learner's policy object
         self._ref = None
+        if not broadcast:
+            return
         ref = self._weights_ref()
         for w in self._remote.values():
             w.set_weights.remote(ref)
@@ -219,6 +266,7 @@ class WorkerSet:
         for w in self._remote.values():
             ray.kill(w, no_restart=True)
         self._remote.clear()
+        self._in_flight.clear()
         if self._ray_owned:
             ray.shutdown()
             self._ray_owned = False

@@ -16,8 +16,9 @@ CLI_CASES = [
     (["algo.num_sgd_iter=2.5"], 2, ["algo.num_sgd_iter: expected an integer, got 2.5"]),
     (["rollout.batch_mode=complete"], 2, ["rollout.batch_mode: 'complete' is not one of",
                                           "did you mean 'complete_episodes'"]),
-    (["algo=ppoo"], 2, ["algo: unknown config 'ppoo'", "did you mean 'ppo'", "Known algo configs: pg, ppo"]),
-    (["algo.name=ppoo"], 2, ["algo.name: unknown algo 'ppoo'", "did you mean 'ppo'", "pg, ppo"]),
+    (["algo=ppoo"], 2, ["algo: unknown config 'ppoo'", "did you mean 'ppo'",
+                        "Known algo configs: a2c, appo, dqn, pg, ppo"]),
+    (["algo.name=ppoo"], 2, ["algo.name: unknown algo 'ppoo'", "did you mean 'ppo'", "a2c, appo, dqn, pg, ppo"]),
     (["loss.name=ppo_clp"], 2, ["loss.name: unknown loss 'ppo_clp'", "did you mean 'ppo_clip'", "pg, ppo_clip"]),
     (["model.name=mpl"], 2, ["model.name: unknown model 'mpl'", "did you mean 'mlp'"]),
     (["env.id=CartPole-v9"], 2, ["env.id: unknown env 'CartPole-v9'", "did you mean 'CartPole-v1'"]),
@@ -31,6 +32,8 @@ CLI_CASES = [
     (["rollout=ray", "rollout.num_cpus_per_worker=0"], 2, ["rollout.num_cpus_per_worker: must be positive"]),
     (["algo.sgd_minibatch_size=1024"], 2, ["algo.sgd_minibatch_size: 1024", "algo.train_batch_size=256"]),
     (["loss=custom"], 2, ["loss.name: missing mandatory value"]),
+    (["algo=dqn", "loss=ppo_clip"], 2, ["loss.name: loss 'ppo_clip' needs batch columns",
+                                        "'advantages', 'value_targets'", "algo 'dqn' does not produce"]),
     (["plugins=[no_such_module_xyz]"], 2, ["plugins[0]: cannot import module 'no_such_module_xyz'"]),
 ]
 
@@ -53,8 +56,8 @@ def test_algo_loss_mismatch_names_missing_columns():
 
 
 def test_loss_follows_algo_unless_set():
-    assert compose(["algo=pg"]).loss.name == "pg"
-    assert compose(["algo=ppo"]).loss.name == "ppo_clip"
+    for algo, loss in (("pg", "pg"), ("ppo", "ppo_clip"), ("a2c", "a2c"), ("dqn", "dqn_td"), ("appo", "ppo_clip")):
+        assert compose([f"algo={algo}"]).loss.name == loss
 
 
 def test_stop_spellings():

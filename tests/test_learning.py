@@ -32,3 +32,31 @@ def test_pg_cartpole_reaches_150_within_200k_steps(tmp_path):
     assert r.target_met, r.stop_reason
     assert r.metrics["rollout/episode_return_mean"] >= 150
     assert r.metrics["timesteps_total"] <= 200_000
+
+
+def _one_seed(tmp_path, *overrides):
+    cfg = compose([*overrides, "seed=0", "tracking=none", "progress=false", f"output_dir={tmp_path}"])
+    return run(cfg, launch_dir=tmp_path)
+
+
+def test_a2c_cartpole_reaches_475_within_500k_steps(tmp_path):
+    r = _one_seed(tmp_path, "+experiment=a2c_cartpole")
+    assert r.target_met and r.metrics["rollout/episode_return_mean"] >= 475, r.stop_reason
+    assert r.metrics["timesteps_total"] <= 500_000
+
+
+def test_dqn_cartpole_reaches_475_within_100k_steps(tmp_path):
+    r = _one_seed(tmp_path, "+experiment=dqn_cartpole")
+    assert r.target_met and r.metrics["rollout/episode_return_mean"] >= 475, r.stop_reason
+    assert r.metrics["timesteps_total"] <= 100_000
+
+
+def test_ppo_pendulum_reaches_minus_250_within_500k_steps(tmp_path):
+    r = _one_seed(tmp_path, "+experiment=ppo_pendulum")
+    assert r.target_met and r.metrics["rollout/episode_return_mean"] >= -250, r.stop_reason
+    assert r.metrics["timesteps_total"] <= 500_000
+
+
+def test_appo_runs_synchronously_without_workers(tmp_path):
+    r = _one_seed(tmp_path, "+experiment=appo_cartpole", "rollout.num_workers=0", "stop.training_iteration=5")
+    assert r.metrics["training_iteration"] == 5 and r.metrics["train/mean_rho"] == pytest.approx(1.0, abs=1e-3)

@@ -75,3 +75,60 @@ def test_explained_variance():
     y = np.array([1.0, 2.0, 3.0])
     assert explained_variance(y, y) == pytest.approx(1.0)
     assert explained_variance(np.full(3, 2.0), y) == pytest.approx(0.0)
+
+
+def _vtrace_reference(mu, pi, r, v, nv, term, ends, gamma, rho_bar_clip, c_clip):
+    """The paper's definition, literally: vs_t = V_t + sum_{s>=t} gamma^{s-t} (prod_{i<s} c_i) delta_s,
+    summed within each segment, O(T^2)."""
+    T = len(r)
+    rho = np.exp(pi - mu)
+    rb = np.minimum(rho_bar_clip, rho)
+    c = np.minimum(c_clip, rho)
+    delta = rb * (r + gamma * nv * (1 - term) - v)
+    vs = np.zeros(T)
+    for t in range(T):
+        total, prod = 0.0, 1.0
+        for s in range(t, T):
+            total += gamma ** (s - t) * prod * delta[s]
+            if ends[s]:
+                break
+            prod *= c[s]
+        vs[t] = v[t] + total
+    vs_next = np.array([nv[t] if ends[t] else vs[t + 1] for t in range(T)])
+    adv = rb * (r + gamma * (1 - term) * vs_next - v)
+    return vs, adv
+
+
+def test_vtrace_matches_slow_reference_loop():
+    from rlrun.postprocessing import vtrace
+
+    rng = np.random.default_rng(3)
+    T = 12
+    mu = np.log(rng.uniform(0.1, 0.9, T))
+    pi = np.log(rng.uniform(0.1, 0.9, T))
+    r = rng.normal(size=T)
+    v = rng.normal(size=T)
+    nv = np.r_[v[1:], rng.normal()]
+    term = np.zeros(T, bool)
+    term[4] = True
+    ends = term.copy()
+    ends[8] = True  # a truncation
+    ends[-1] = True  # the segment cut
+    nv[8] = 5.0  # bootstrap value of the truncated episode's final observation
+    res = vtrace(mu, pi, r, v, nv, term, ends, gamma=0.9, clip_rho=1.0, clip_c=1.0)
+    ref_vs, ref_adv = _vtrace_reference(mu, pi, r, v, nv, term, ends, 0.9, 1.0, 1.0)
+    np.testing.assert_allclose(res.vs, ref_vs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res.pg_advantages, ref_adv, rtol=1e-5, atol=1e-5)
+
+
+def test_vtrace_on_policy_equals_n_step_returns():
+    from rlrun.postprocessing import vtrace
+
+    r = np.array([1.0, 1.0, 1.0], np.float32)
+    v = np.zeros(3, np.float32)
+    nv = np.array([0.0, 0.0, 2.0], np.float32)
+    ends = np.array([False, False, True])
+    logp = np.log(np.full(3, 0.5))
+    res = vtrace(logp, logp, r, v, nv, np.zeros(3, bool), ends, gamma=0.5)
+    # on-policy, lambda = 1: vs = discounted return bootstrapped with 2.0 at the cut
+    np.testing.assert_allclose(res.vs, [1 + 0.5 + 0.25 + 0.125 * 2, 1 + 0.5 + 0.25 * 2, 1 + 0.5 * 2], rtol=1e-6)

@@ -192,3 +192,15 @@ def test_env_error_drops_one_fragment_restarts_and_past_the_bound_fails_cleanly(
     assert run.info.status == "FAILED"
     ckpts = client.list_artifacts(run.info.run_id, "checkpoints")
     assert len(ckpts) == 1 and ckpts[0].path.startswith("checkpoints/iter_")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_appo_with_two_async_workers_reaches_475_within_500k_steps(tmp_path):
+    p = subprocess.run(isolated(rlrun_cmd("+experiment=appo_cartpole", "seed=0")), cwd=tmp_path, capture_output=True,
+                       text=True, env=ENV, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    _, run = _mlflow_run(tmp_path, "appo_cartpole")
+    assert run.data.metrics["rollout/episode_return_mean"] >= 475
+    assert run.data.metrics["timesteps_total"] <= 500_000
+    assert run.data.metrics["time/num_healthy_workers"] == 2

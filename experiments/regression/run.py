@@ -1,0 +1,113 @@
+"""Learning-regression suite: every preset x N seeds -> a table and a learning-curve plot per preset.
+
+For each run: did it reach its target, final return, env steps and wall time to stop, and the
+learner's throughput (median `time/env_steps_trained_per_s`). `ppo_cartpole_ray2` runs PPO with the
+same 2 Ray workers as `appo_cartpole`, so the two throughputs compare like for like.
+Writes results/<suite>.md, results/<suite>.csv and results/curves_<preset>.png, and logs them as
+artifacts of one MLflow run (experiment "regression") in results/mlflow.db.
+
+    python experiments/regression/run.py --seeds 0 1 2                 # every preset
+    python experiments/regression/run.py --seeds 0 --presets dqn_cartpole a2c_cartpole
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PRESETS: dict[str, list[str]] = {
+    "ppo_cartpole": ["+experiment=ppo_cartpole"],
+    "pg_cartpole": ["+experiment=pg_cartpole"],
+    "a2c_cartpole": ["+experiment=a2c_cartpole"],
+    "dqn_cartpole": ["+experiment=dqn_cartpole"],
+    "ppo_pendulum": ["+experiment=ppo_pendulum"],
+    "appo_cartpole": ["+experiment=appo_cartpole"],
+    "ppo_cartpole_ray2": ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2"],
+}
+
+
+def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, float]]]:
+    from rlrun.cli import compose
+    from rlrun.run import run
+
+    cfg = compose([*PRESETS[preset], f"seed={seed}", "tracking=none", "progress=false"])
+    t0 = time.perf_counter()
+    r = run(cfg)
+    wall = time.perf_counter() - t0
+    m = r.metrics
+    curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in r.history]
+    trained = [h["time/env_steps_trained_per_s"] for h in r.history[1:]] or [0.0]
+    row = {"preset": preset, "seed": seed, "target_met": r.target_met,
+           "final_return": round(m["rollout/episode_return_mean"], 1), "env_steps": int(m["timesteps_total"]),
+           "train_time_s": round(m["time_total_s"], 1), "wall_s": round(wall, 1),
+           "learner_steps_per_s": round(statistics.median(trained)), "stop": r.stop_reason}
+    return row, curve
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
+    ap.add_argument("--name", default="latest", help="file stem for the table")
+    args = ap.parse_args()
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    rows, curves = [], {}
+    for preset in args.presets:
+        for seed in args.seeds:
+            row, curve = one(preset, seed)
+            rows.append(row)
+            curves.setdefault(preset, {})[seed] = curve
+            print(row, flush=True)
+    with open(out / f"{args.name}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| preset | seed | target met | final return | env steps | train time (s) | wall (s) | "
+             "learner env steps/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['preset']} | {r['seed']} | {r['target_met']} | {r['final_return']} | {r['env_steps']:,} | "
+              f"{r['train_time_s']} | {r['wall_s']} | {r['learner_steps_per_s']:,} |" for r in rows]
+    lines.append(f"\n{time.strftime('%Y-%m-%d')}, seeds {args.seeds}")
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = []
+    for preset, by_seed in curves.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for seed, curve in by_seed.items():
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], label=f"seed {seed}")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("episode return (mean of last 100)")
+        ax.set_title(preset)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"curves_{preset}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        plots.append(path)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("regression")
+    exp_id = exp.experiment_id if exp else client.create_experiment(
+        "regression", artifact_location=(out / "mlartifacts").as_uri())
+    run = client.create_run(exp_id, run_name=args.name)
+    for path in [out / f"{args.name}.md", out / f"{args.name}.csv", *plots]:
+        client.log_artifact(run.info.run_id, str(path))
+    client.set_terminated(run.info.run_id)
+    print(f"MLflow run {run.info.run_id} in {out / 'mlflow.db'}")
+
+
+if __name__ == "__main__":
+    main()
