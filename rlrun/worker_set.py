@@ -147,7 +147,7 @@ class WorkerSet:
             ray.kill(old, no_restart=True)
         self._restarts_of[index] = self._restarts_of.get(index, 0) + 1
         actor = self._make_actor(index)
-        actor.set_weights.remote(self._weights_ref())
+        actor.set_weights.remote(self._weights_ref(), self._timestep())
         self._remote[index] = actor
 
     # ------------------------------------------------------------------ sampling
@@ -218,7 +218,7 @@ class WorkerSet:
             self._collected[i] = self._collected.get(i, 0) + 1
             w = self._remote[i]
             if self._collected[i] % max(broadcast_interval, 1) == 0:
-                w.set_weights.remote(self._weights_ref())
+                w.set_weights.remote(self._weights_ref(), self._timestep())
             self._in_flight[w.sample_with_metrics.remote()] = i
         return out
 
@@ -241,6 +241,9 @@ class WorkerSet:
 
     _ref: Any = None
 
+    def _timestep(self) -> int:
+        return int(self.local_worker.policy.global_timestep)
+
     def sync_weights(self, broadcast: bool = True) -> None:
         """Put the learner's weights in the object store once and send the reference to every
         remote worker (actor calls run in order, so the next sample() sees them). With
@@ -253,7 +256,7 @@ class WorkerSet:
             return
         ref = self._weights_ref()
         for w in self._remote.values():
-            w.set_weights.remote(ref)
+            w.set_weights.remote(ref, self._timestep())
 
     def stop(self) -> None:
         """Stop every worker and, if this WorkerSet connected to Ray, disconnect (a private

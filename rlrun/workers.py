@@ -194,8 +194,11 @@ class RolloutWorker:
     def get_weights(self) -> dict[str, np.ndarray]:
         return self.policy.get_weights()
 
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+    def set_weights(self, weights: dict[str, np.ndarray], global_timestep: int | None = None) -> None:
+        """New policy weights, and the learner's env-step count (it drives schedules such as epsilon)."""
         self.policy.set_weights(weights)
+        if global_timestep is not None:
+            self.policy.global_timestep = global_timestep
 
     def stop(self) -> None:
         self.env.close()

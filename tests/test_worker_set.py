@@ -204,3 +204,26 @@ def test_appo_with_two_async_workers_reaches_475_within_500k_steps(tmp_path):
     assert run.data.metrics["rollout/episode_return_mean"] >= 475
     assert run.data.metrics["timesteps_total"] <= 500_000
     assert run.data.metrics["time/num_healthy_workers"] == 2
+
+
+@pytest.mark.ray
+def test_remote_workers_follow_the_learners_schedules(tmp_path):
+    # DQN's epsilon is a schedule over the learner's env steps: remote workers must see the count
+    code = textwrap.dedent("""
+        import ray
+        from rlrun import make_trainer
+        t = make_trainer(["+experiment=dqn_cartpole", "rollout=ray", "rollout.num_workers=2",
+                          "rollout.num_envs_per_worker=1", "algo.learning_starts=100000", "tracking=none"])
+        for _ in range(3):
+            t.train()
+        t.workers.sync_weights()
+        seen = ray.get([w.__ray_call__.remote(lambda self: self.policy.global_timestep)
+                        for w in t.workers._remote.values()])
+        print("learner", t.timesteps_total, "workers", seen)
+        t.stop()
+    """)
+    p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=tmp_path, capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    learner = int(p.stdout.split("learner ")[1].split()[0])
+    assert learner >= 3 * 256 and f"workers [{learner}, {learner}]" in p.stdout, p.stdout
