@@ -90,6 +90,13 @@ class TrackingConfig:
     run_name: str | None = None
 
 
+@dataclass
+class CheckpointConfig:
+    every_n_iters: int = 0  # also every N iterations (0: only at the end)
+    keep_last: int = 3  # local checkpoint dirs kept (MLflow keeps every one it was sent)
+    include_replay: bool = False  # DQN: store the replay buffer too (large)
+
+
 STOP_COUNTERS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")
 
 
@@ -101,6 +108,7 @@ class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     seed: int = 0
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
     stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 10})
@@ -337,6 +345,11 @@ def check_config(cfg: RunConfig) -> None:
             )
         if any(p[1] < 0 for p in a.lr_schedule):
             raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
+    if cfg.checkpoint.every_n_iters < 0 or cfg.checkpoint.keep_last < 1:
+        raise ConfigError(
+            f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="
+            f"{cfg.checkpoint.every_n_iters}, keep_last={cfg.checkpoint.keep_last}"
+        )
     if cfg.torch_threads < 1:
         raise ConfigError(f"torch_threads: must be at least 1, got {cfg.torch_threads}")
     if r.ray.num_cpus is not None and r.ray.num_cpus < 1:

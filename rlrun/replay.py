@@ -59,3 +59,13 @@ class ReplayBuffer:
     def get_state(self) -> dict[str, Any]:
         return {"cols": {k: v[: self._size].copy() for k, v in self._cols.items()}, "cursor": self._cursor,
                 "size": self._size, "num_added": self.num_added}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_state`` (the rows come back in storage order)."""
+        cols = state["cols"]
+        self._cols = {}
+        self._cursor = self._size = 0
+        if cols:
+            self.add(SampleBatch(cols))
+        self._cursor = int(state["cursor"]) % self.capacity
+        self.num_added = int(state["num_added"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -86,6 +87,9 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
             tracker.check()
             tracker.log_metrics(result, step=int(result["timesteps_total"]))
             progress.update(result)
+            every = cfg.checkpoint.every_n_iters
+            if every and trainer.iteration % every == 0:
+                write_checkpoint(trainer, cfg, result, out_dir, config_dict, tracker)
             met = stop_reason(cfg.stop, result)
             if met:
                 reason = met
@@ -101,11 +105,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         progress.close(result or None, reason)
         try:
             if trainer is not None and trainer.iteration > 0:
-                ckpt = ckpt / f"iter_{trainer.iteration:06d}"
-                meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(),
-                        **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
-                save_checkpoint(ckpt, trainer.get_state(), meta, config_dict)
-                tracker.log_artifacts(ckpt, f"checkpoints/{ckpt.name}")
+                ckpt = write_checkpoint(trainer, cfg, result, out_dir, config_dict, tracker)
+                _describe_run(cfg, history, reason, tracker)
         finally:
             if trainer is not None:
                 trainer.stop()
@@ -113,6 +114,40 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     metric_keys = [k for k in cfg.stop if k not in STOP_COUNTERS]
     target_met = any(stop_reason({k: cfg.stop[k]}, result) for k in metric_keys)
     return RunResult(result, reason, target_met, ckpt, out_dir, tracker.run_id, history)
+
+
+def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
+    """Learning-curve artifact, a run description and target/stop tags for the MLflow run page."""
+    key = "rollout/episode_return_mean"
+    points = [(h["timesteps_total"], h[key]) for h in history if key in h]
+    returns = [y for _, y in points if not math.isnan(y)]
+    met = any(stop_reason({k: v}, history[-1]) for k, v in cfg.stop.items() if k not in STOP_COUNTERS)
+    final = f"{returns[-1]:.1f}" if returns else "n/a"
+    best = f"{max(returns):.1f}" if returns else "n/a"
+    note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.id}`, "
+            f"seed {cfg.seed}. Final return {final}, best {best} after {int(history[-1]['timesteps_total']):,} env "
+            f"steps. Stopped: {reason}. Target met: {'yes' if met else 'no'}.")
+    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.id}")
+    tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
+
+
+def write_checkpoint(trainer: Any, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
+                     config_dict: dict[str, Any], tracker: Any) -> Path:
+    """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
+    ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op."""
+    root = out_dir / "checkpoints"
+    path = root / f"iter_{trainer.iteration:06d}"
+    if path.exists():
+        return path
+    meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(), "mlflow_run_id": tracker.run_id,
+            **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
+    save_checkpoint(path, trainer.get_state(), meta, config_dict)
+    tracker.log_artifacts(path, f"checkpoints/{path.name}")
+    done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("iter_"))
+    for old in done[: -cfg.checkpoint.keep_last]:
+        if tracker.is_uploaded(old):  # never delete a checkpoint MLflow has not finished copying
+            shutil.rmtree(old, ignore_errors=True)
+    return path
 
 
 def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | None = None) -> Any:

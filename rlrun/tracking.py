@@ -92,6 +92,13 @@ class Tracker:
 
     def set_tags(self, tags: Mapping[str, str]) -> None: ...
 
+    def log_learning_curve(self, points: list[tuple[float, float]], title: str) -> None:
+        """A PNG of return vs env steps as the artifact ``learning_curve.png``."""
+
+    def is_uploaded(self, local_dir: str | Path) -> bool:
+        """Whether ``log_artifacts(local_dir)`` has finished, so the local copy may be deleted."""
+        return True
+
     def check(self) -> None: ...
 
     def end(self, status: str = "FINISHED") -> None: ...
@@ -125,6 +132,7 @@ class MlflowTracker(Tracker):
         self.experiment_name = cfg.experiment_name or experiment_name
         self.run_id: str | None = None
         self._pending: list[tuple[dict[str, float], int, int]] = []
+        self._uploaded: set[str] = set()
         self._last_flush = 0.0
         self._ended = False
         ours, theirs = socket.socketpair()
@@ -189,6 +197,8 @@ class MlflowTracker(Tracker):
                 kinds.append(kind)
                 if kind == "run_id":
                     self.run_id = value
+                elif kind == "uploaded":
+                    self._uploaded.add(value)
                 elif kind == "error":
                     raise TrackingError(f"MLflow tracking failed ({self.uri}): {value}")
         except (EOFError, OSError):
@@ -197,6 +207,13 @@ class MlflowTracker(Tracker):
                     f"MLflow tracking process exited unexpectedly (code {self._proc.poll()}, {self.uri})"
                 ) from None
         return kinds
+
+    def log_learning_curve(self, points: list[tuple[float, float]], title: str) -> None:
+        self._send(("curve", [(float(x), float(y)) for x, y in points if math.isfinite(y)], title))
+
+    def is_uploaded(self, local_dir: str | Path) -> bool:
+        self._poll()
+        return str(local_dir) in self._uploaded
 
     def check(self) -> None:
         self._poll()
@@ -283,8 +300,11 @@ def _child_main(fd: int) -> None:
                     client.log_batch(run_id, metrics=ms[i : i + 1000])
             elif kind == "artifacts":
                 client.log_artifacts(run_id, job[1], job[2])
+                conn.send(("uploaded", job[1]))
             elif kind == "artifact":
                 client.log_artifact(run_id, job[1], job[2])
+            elif kind == "curve":
+                _log_curve(client, run_id, job[1], job[2])
             elif kind == "tags":
                 for k, v in job[1].items():
                     client.set_tag(run_id, k, v)
@@ -302,6 +322,28 @@ def _child_main(fd: int) -> None:
                 return
             if kind == "end":
                 return
+
+
+def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str) -> None:
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([p[0] for p in points], [p[1] for p in points])
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "learning_curve.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        client.log_artifact(run_id, str(path))
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str) -> Tracker:

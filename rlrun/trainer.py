@@ -178,6 +178,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue: policy (weights, optimizer), counters, RNG states and the
+        algorithm's own state. Tensors, numbers, strings and containers only (``weights_only`` safe)."""
         return {
             "policy": self.policy.get_state(),
             "counters": {
@@ -186,9 +188,37 @@ class Trainer:
                 "episodes_total": self.episodes_total,
                 "time_total_s": self.time_total_s,
             },
-            "torch_rng": torch.get_rng_state(),
-            "policy_rng": self.policy.generator.get_state(),
+            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths)},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "policy_torch": self.policy.generator.get_state(),
+                "policy_numpy": self.policy.np_rng.bit_generator.state,
+            },
+            "algo": self.extra_state(),
         }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_state``; remote workers get the restored weights at once."""
+        self.policy.set_state(state["policy"])
+        c = state["counters"]
+        self.iteration = int(c["training_iteration"])
+        self.timesteps_total = int(c["timesteps_total"])
+        self.episodes_total = int(c["episodes_total"])
+        self.time_total_s = float(c["time_total_s"])
+        self._returns = deque(state["episodes"]["returns"], maxlen=EPISODE_WINDOW)
+        self._lengths = deque(state["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        torch.set_rng_state(state["rng"]["torch"])
+        self.policy.generator.set_state(state["rng"]["policy_torch"])
+        self.policy.np_rng.bit_generator.state = state["rng"]["policy_numpy"]
+        self.set_extra_state(state.get("algo") or {})
+        self.workers.sync_weights()
+
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific state to checkpoint (hook; e.g. a target network, a KL coefficient)."""
+        return {}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``extra_state`` returned (hook)."""
 
     def stop(self) -> None:
         self.workers.stop()

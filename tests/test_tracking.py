@@ -75,3 +75,25 @@ def test_params_respect_mlflow_limits():
     params = params_from_config({"a": {"b": "x" * 10000}, "c": [1, 2]})
     assert len(params["a.b"]) == MAX_PARAM_VALUE and params["c"] == "[1, 2]"
     assert flatten({"a": {"b": {"c": 1}}}) == {"a.b.c": 1}
+
+
+def test_run_page_has_curve_description_and_target_tag(tracked_run):
+    _, result, client = tracked_run
+    data = client.get_run(result.run_id).data
+    assert "learning_curve.png" in {a.path for a in client.list_artifacts(result.run_id)}
+    assert data.tags["rlrun.target_met"] == "false"  # 3 iterations do not reach 475
+    assert "ppo_cartpole" in data.tags["mlflow.note.content"] and "CartPole-v1" in data.tags["mlflow.note.content"]
+    assert data.tags["rlrun.stop_reason"] == "training_iteration = 3 >= 3"
+
+
+def test_periodic_checkpoints_are_uploaded_and_pruned_locally(tmp_path):
+    cfg = compose(["+experiment=ppo_cartpole", "stop.training_iteration=5", "progress=false",
+                   "checkpoint.every_n_iters=2", "checkpoint.keep_last=2", f"output_dir={tmp_path / 'out'}"],
+                  launch_dir=str(tmp_path))
+    result = run(cfg, launch_dir=tmp_path)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uploaded = [a.path for a in client.list_artifacts(result.run_id, "checkpoints")]
+    assert uploaded == ["checkpoints/iter_000002", "checkpoints/iter_000004", "checkpoints/iter_000005"]
+    local = sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir())
+    assert local[-2:] == ["iter_000004", "iter_000005"] and len(local) <= 3
+    assert not [p for p in (tmp_path / "out" / "checkpoints").iterdir() if p.name.startswith(".")]  # no temp dirs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -163,6 +164,29 @@ class DQNTrainer(Trainer):
         self.replay = ReplayBuffer(cfg.replay_capacity, seed=self.cfg.seed)
         self._last_target_update = 0
         self.num_target_updates = 0
+
+    def extra_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "target_model": self.policy.target_model.state_dict(),  # type: ignore[attr-defined]
+            "last_target_update": self._last_target_update, "num_target_updates": self.num_target_updates,
+            "replay_rng": self.replay.rng.bit_generator.state,
+        }
+        if self.cfg.checkpoint.include_replay:  # columns as tensors: weights_only loading allows those
+            replay = self.replay.get_state()
+            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
+            state["replay"] = replay
+        return state
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.policy.target_model.load_state_dict(state["target_model"])  # type: ignore[attr-defined]
+        self._last_target_update = int(state["last_target_update"])
+        self.num_target_updates = int(state["num_target_updates"])
+        self.replay.rng.bit_generator.state = state["replay_rng"]
+        if "replay" in state:
+            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
+            self.replay.set_state({**state["replay"], "cols": cols})
 
     def learn(self, batch: SB) -> dict[str, float]:
         cfg: DQNConfig = self.config  # type: ignore[assignment]

@@ -8,6 +8,7 @@ Per iteration: GAE(lambda) advantages on the workers, then ``num_sgd_iter`` epoc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,6 +112,13 @@ class PPOTrainer(Trainer):
 
     def setup(self) -> None:
         self.policy.kl_coeff = float(getattr(self.cfg.loss, "kl_coeff", 0.0))  # type: ignore[attr-defined]
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"kl_coeff": float(getattr(self.policy, "kl_coeff", 0.0))}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        if "kl_coeff" in state:
+            self.policy.kl_coeff = float(state["kl_coeff"])  # type: ignore[attr-defined]
 
     def after_learn(self, stats: dict[str, float]) -> None:
         """Adaptive KL penalty (RLlib's PPO): move kl_coeff so the KL tracks kl_target."""
