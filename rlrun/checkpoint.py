@@ -81,3 +81,76 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         ) from None
     config = yaml.safe_load((path / CONFIG_FILE).read_text()) or {}
     return Checkpoint(state, meta, config)
+
+
+# --------------------------------------------------------------------------- resume
+# Config keys that change what a checkpoint's tensors mean: a resume that changes them is refused.
+INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs")
+
+
+def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            out.update(flat_config(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (checkpoint value, new value)}`` for every leaf that differs."""
+    a, b = flat_config(old), flat_config(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def check_resumable(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[str, tuple[Any, Any]]:
+    """Refuse changes that make the checkpoint meaningless (other algo, loss, model shape, env);
+    return the harmless ones (stop, lr, workers, ...) for the record."""
+    changes = config_changes(old, new)
+    ignore = ("resume", "output_dir", "experiment", "progress")
+    changes = {k: v for k, v in changes.items() if not k.startswith(ignore)}
+    bad = {k: v for k, v in changes.items() if k.startswith(INCOMPATIBLE_PREFIXES)}
+    if bad:
+        lines = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in bad.items())
+        raise CheckpointError(f"resume: checkpoint {where} cannot continue with this config: {lines}")
+    return changes
+
+
+def find_latest_checkpoint(launch_dir: Path) -> Path:
+    """The newest complete ``checkpoints/iter_*`` under the launch dir's Hydra output folders."""
+    found = [p.parent for pattern in ("outputs/**/checkpoints/iter_*/meta.json",
+                                      "multirun/**/checkpoints/iter_*/meta.json")
+             for p in launch_dir.glob(pattern)]
+    if not found:
+        raise CheckpointError(f"resume=latest: no checkpoint under {launch_dir}/outputs or {launch_dir}/multirun")
+    return max(found, key=lambda p: ((p / META_FILE).stat().st_mtime, p.name))
+
+
+def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, download_to: Path) -> Path:
+    """``resume=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory."""
+    if spec == "latest":
+        return find_latest_checkpoint(launch_dir)
+    path = Path(spec).expanduser()
+    if not path.is_absolute():
+        path = launch_dir / path
+    if path.exists():
+        if not (path / META_FILE).is_file() and (path / "checkpoints").is_dir():  # a run's output dir
+            iters = sorted((path / "checkpoints").glob("iter_*"))
+            if iters:
+                return iters[-1]
+        return path
+    if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec) and tracking_uri:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        try:
+            names = sorted(a.path for a in client.list_artifacts(spec, "checkpoints"))
+        except Exception as e:  # unknown run id, unreachable store
+            raise CheckpointError(f"resume={spec}: cannot read MLflow run {spec} at {tracking_uri}: {e}") from None
+        if not names:
+            raise CheckpointError(f"resume={spec}: MLflow run {spec} has no checkpoints/ artifacts")
+        download_to.mkdir(parents=True, exist_ok=True)
+        return Path(client.download_artifacts(spec, names[-1], str(download_to)))
+    raise CheckpointError(f"resume={spec}: not a checkpoint directory, an MLflow run id, or 'latest'")

@@ -117,6 +117,7 @@ class RunConfig:
     torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
+    resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"
 
 
 # --------------------------------------------------------------------------- conversion

@@ -18,10 +18,17 @@ from typing import Any
 import torch
 import yaml
 
-from rlrun.checkpoint import save_checkpoint
+from rlrun.checkpoint import check_resumable, load_checkpoint, resolve_resume, save_checkpoint
 from rlrun.config import STOP_COUNTERS, RunConfig, build_config, to_dict
 from rlrun.registry import ALGOS, load_plugins
-from rlrun.tracking import ProgressLine, git_sha, make_tracker, params_from_config, version_tags
+from rlrun.tracking import (
+    ProgressLine,
+    default_tracking_uri,
+    git_sha,
+    make_tracker,
+    params_from_config,
+    version_tags,
+)
 
 
 @dataclass
@@ -61,12 +68,22 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
 
     experiment = cfg.experiment or "default"
-    tracker = make_tracker(cfg.tracking, launch, experiment)
+    resumed, changes = None, {}
+    if cfg.resume:  # resolved and checked before anything starts
+        uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
+        resume_path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from")
+        resumed = load_checkpoint(resume_path)
+        changes = check_resumable(resumed.config, config_dict, resume_path)
+    resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
+    tracker = make_tracker(cfg.tracking, launch, experiment, resume_run_id)
     tags = {
         "rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
         "rlrun.experiment": experiment, "rlrun.seed": str(cfg.seed),
         "mlflow.source.git.commit": git_sha(launch), "git_sha": git_sha(launch), **version_tags(),
     }
+    if resumed:
+        tags["rlrun.resumed_from"] = str(resume_path)
+        tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
     tracker.start(params_from_config(config_dict), tags)
     tracker.log_artifact(out_dir / "config.yaml")
 
@@ -79,6 +96,9 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     ckpt = out_dir / "checkpoints"
     try:
         trainer = ALGOS.get(cfg.algo.name, "algo.name")(cfg, launch)
+        if resumed:
+            trainer.set_state(resumed.state)
+            tracker.wait_started()  # learn which env steps MLflow already holds
         if trainer.workers.ray_address:
             tracker.set_tags({"ray.address": trainer.workers.ray_address})
         while True:
@@ -139,6 +159,7 @@ def write_checkpoint(trainer: Any, cfg: RunConfig, result: Mapping[str, float], 
     path = root / f"iter_{trainer.iteration:06d}"
     if path.exists():
         return path
+    tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
     meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(), "mlflow_run_id": tracker.run_id,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
     save_checkpoint(path, trainer.get_state(), meta, config_dict)

@@ -92,6 +92,10 @@ class Tracker:
 
     def set_tags(self, tags: Mapping[str, str]) -> None: ...
 
+    def wait_started(self, timeout: float = 120.0) -> str | None:
+        """Block until the tracking run exists; its id (None without tracking)."""
+        return None
+
     def log_learning_curve(self, points: list[tuple[float, float]], title: str) -> None:
         """A PNG of return vs env steps as the artifact ``learning_curve.png``."""
 
@@ -121,8 +125,11 @@ class MlflowTracker(Tracker):
     batch. If the trainer process dies without ending the run, the child marks it KILLED.
     """
 
-    def __init__(self, cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str) -> None:
+    def __init__(self, cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
+                 resume_run_id: str | None = None) -> None:
         self.uri = cfg.tracking_uri or default_tracking_uri(launch_dir)
+        self.resume_run_id = resume_run_id
+        self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
         self.artifact_location: str | None = cfg.artifact_location
         if self.uri.startswith("sqlite:///"):
             db = Path(self.uri[len("sqlite:///"):])
@@ -144,7 +151,8 @@ class MlflowTracker(Tracker):
         )
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._conn.send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name))
+        self._conn.send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
+                         resume_run_id))
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         try:
@@ -155,7 +163,7 @@ class MlflowTracker(Tracker):
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
         self._send(("start", dict(params), dict(tags)))
 
-    def wait_started(self, timeout: float = 120.0) -> str:
+    def wait_started(self, timeout: float = 120.0) -> str | None:
         """Block until the MLflow run exists; returns its id."""
         deadline = time.monotonic() + timeout
         while self.run_id is None and time.monotonic() < deadline:
@@ -165,6 +173,8 @@ class MlflowTracker(Tracker):
         return self.run_id
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if step <= self._skip_through_step:
+            return  # a redone iteration after a crash: MLflow already has this step
         clean = {k: float(v) for k, v in metrics.items()
                  if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
         self._pending.append((clean, step, int(time.time() * 1000)))
@@ -196,7 +206,7 @@ class MlflowTracker(Tracker):
                 kind, value = self._conn.recv()
                 kinds.append(kind)
                 if kind == "run_id":
-                    self.run_id = value
+                    self.run_id, self._skip_through_step = value
                 elif kind == "uploaded":
                     self._uploaded.add(value)
                 elif kind == "error":
@@ -258,7 +268,7 @@ def _child_main(fd: int) -> None:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     conn = Connection(fd)
-    _, uri, artifact_location, experiment_name, run_name = conn.recv()
+    _, uri, artifact_location, experiment_name, run_name, resume_run_id = conn.recv()
     jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
 
     def reader() -> None:
@@ -269,6 +279,13 @@ def _child_main(fd: int) -> None:
             jobs.put(("eof",))
 
     threading.Thread(target=reader, daemon=True).start()
+
+    def reply(msg: tuple[Any, ...]) -> None:  # best effort: a dead trainer must not stop the bookkeeping
+        try:
+            conn.send(msg)
+        except OSError:
+            pass
+
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
@@ -282,13 +299,21 @@ def _child_main(fd: int) -> None:
                 if run_id is not None:
                     client.set_terminated(run_id, "KILLED")
                 return
-            if kind == "start":
+            if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
+                _, params, tags = job
+                run_id = resume_run_id
+                client.update_run(run_id, status="RUNNING")
+                for k, v in tags.items():
+                    client.set_tag(run_id, k, v)
+                hist = client.get_metric_history(run_id, "timesteps_total")
+                reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
+            elif kind == "start":
                 _, params, tags = job
                 exp = client.get_experiment_by_name(experiment_name)
                 exp_id = exp.experiment_id if exp else client.create_experiment(
                     experiment_name, artifact_location=artifact_location)
                 run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
-                conn.send(("run_id", run_id))
+                reply(("run_id", (run_id, -1)))
                 items = [Param(k, v) for k, v in params.items()]
                 for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
                     client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
@@ -300,7 +325,7 @@ def _child_main(fd: int) -> None:
                     client.log_batch(run_id, metrics=ms[i : i + 1000])
             elif kind == "artifacts":
                 client.log_artifacts(run_id, job[1], job[2])
-                conn.send(("uploaded", job[1]))
+                reply(("uploaded", job[1]))
             elif kind == "artifact":
                 client.log_artifact(run_id, job[1], job[2])
             elif kind == "curve":
@@ -310,17 +335,12 @@ def _child_main(fd: int) -> None:
                     client.set_tag(run_id, k, v)
             elif kind == "end":
                 client.set_terminated(run_id, job[1])
-                conn.send(("ended", None))
+                reply(("ended", None))
                 return
         except Exception as e:  # reported to the trainer, which stops the run
-            msg = f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            try:
-                conn.send(("error", msg))
-                if kind == "end":
-                    conn.send(("ended", None))
-            except OSError:
-                return
+            reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
             if kind == "end":
+                reply(("ended", None))
                 return
 
 
@@ -346,10 +366,11 @@ def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], titl
         client.log_artifact(run_id, str(path))
 
 
-def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str) -> Tracker:
+def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
+                 resume_run_id: str | None = None) -> Tracker:
     if cfg.backend == "none":
         return Tracker()
-    return MlflowTracker(cfg, launch_dir, experiment_name)
+    return MlflowTracker(cfg, launch_dir, experiment_name, resume_run_id)
 
 
 class ProgressLine:

@@ -2,6 +2,7 @@ import signal
 import subprocess
 import time
 
+import psutil
 from mlflow.tracking import MlflowClient
 
 from rlrun.run import stop_reason
@@ -41,3 +42,45 @@ def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
     assert run.info.status == "KILLED"
     (ckpt,) = client.list_artifacts(run.info.run_id, "checkpoints")
     assert ckpt.path.startswith("checkpoints/iter_")
+
+
+def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_path):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ["+experiment=ppo_cartpole", "checkpoint.every_n_iters=5"]
+    proc = subprocess.Popen(rlrun_cmd(*args), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("outputs/**/checkpoints/iter_*/meta.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few iterations past the first checkpoint, maybe mid-way through another
+        tracking_child = psutil.Process(proc.pid).children()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the tracking child notices the dead trainer, marks the run KILLED and exits; only then read the
+    # store (a second client during its first-time schema creation would race the migrations)
+    _, alive = psutil.wait_procs(tracking_child, timeout=60)
+    assert not alive
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("ppo_cartpole")
+    (killed,) = client.search_runs([exp.experiment_id])
+    assert killed.info.status == "KILLED"
+    steps_before = [m.step for m in client.get_metric_history(killed.info.run_id, "timesteps_total")]
+
+    p = subprocess.run(rlrun_cmd(*args, "resume=latest"), cwd=tmp_path, capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "stopped: rollout/episode_return_mean" in p.stdout.strip().splitlines()[-1]
+    (run,) = client.search_runs([exp.experiment_id])  # the same run, continued
+    assert run.info.run_id == killed.info.run_id and run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "timesteps_total")]
+    assert steps[: len(steps_before)] == steps_before and len(steps) > len(steps_before)
+    assert steps == sorted(set(steps))  # no duplicate steps
+    assert max(b - a for a, b in zip(steps, steps[1:])) < 2 * 512  # no gap: at most one iteration apart
+    assert run.data.metrics["rollout/episode_return_mean"] >= 475
+    assert run.data.metrics["timesteps_total"] <= 150_000 + 600
