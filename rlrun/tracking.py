@@ -8,6 +8,7 @@ in the training loop at the next call, so a broken store stops the run early.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
@@ -281,10 +282,8 @@ def _child_main(fd: int) -> None:
     threading.Thread(target=reader, daemon=True).start()
 
     def reply(msg: tuple[Any, ...]) -> None:  # best effort: a dead trainer must not stop the bookkeeping
-        try:
+        with contextlib.suppress(OSError):
             conn.send(msg)
-        except OSError:
-            pass
 
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
