@@ -97,6 +97,13 @@ class CheckpointConfig:
     include_replay: bool = False  # DQN: store the replay buffer too (large)
 
 
+@dataclass
+class EvaluationConfig:
+    interval: int = 0  # evaluate every N iterations (0: never); greedy actions on separate envs
+    num_episodes: int = 10
+    num_envs: int = 5
+
+
 STOP_COUNTERS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")
 
 
@@ -109,6 +116,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     seed: int = 0
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
     stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 10})
@@ -350,6 +358,12 @@ def check_config(cfg: RunConfig) -> None:
         raise ConfigError(
             f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="
             f"{cfg.checkpoint.every_n_iters}, keep_last={cfg.checkpoint.keep_last}"
+        )
+    ev = cfg.evaluation
+    if ev.interval < 0 or ev.num_episodes < 1 or ev.num_envs < 1:
+        raise ConfigError(
+            f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={ev.interval}, "
+            f"num_episodes={ev.num_episodes}, num_envs={ev.num_envs}"
         )
     if cfg.torch_threads < 1:
         raise ConfigError(f"torch_threads: must be at least 1, got {cfg.torch_threads}")

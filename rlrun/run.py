@@ -147,7 +147,8 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
     note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.id}`, "
             f"seed {cfg.seed}. Final return {final}, best {best} after {int(history[-1]['timesteps_total']):,} env "
             f"steps. Stopped: {reason}. Target met: {'yes' if met else 'no'}.")
-    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.id}")
+    evals = [(h["timesteps_total"], h["eval/episode_return_mean"]) for h in history if "eval/episode_return_mean" in h]
+    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.id}", evals)
     tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
 
 

@@ -97,8 +97,9 @@ class Tracker:
         """Block until the tracking run exists; its id (None without tracking)."""
         return None
 
-    def log_learning_curve(self, points: list[tuple[float, float]], title: str) -> None:
-        """A PNG of return vs env steps as the artifact ``learning_curve.png``."""
+    def log_learning_curve(self, points: list[tuple[float, float]], title: str,
+                           eval_points: list[tuple[float, float]] | None = None) -> None:
+        """A PNG of training return (and greedy evaluation points) vs env steps: ``learning_curve.png``."""
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         """Whether ``log_artifacts(local_dir)`` has finished, so the local copy may be deleted."""
@@ -219,8 +220,11 @@ class MlflowTracker(Tracker):
                 ) from None
         return kinds
 
-    def log_learning_curve(self, points: list[tuple[float, float]], title: str) -> None:
-        self._send(("curve", [(float(x), float(y)) for x, y in points if math.isfinite(y)], title))
+    def log_learning_curve(self, points: list[tuple[float, float]], title: str,
+                           eval_points: list[tuple[float, float]] | None = None) -> None:
+        def clean(ps: list[tuple[float, float]]) -> list[tuple[float, float]]:
+            return [(float(x), float(y)) for x, y in ps if math.isfinite(y)]
+        self._send(("curve", clean(points), title, clean(eval_points or [])))
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         self._poll()
@@ -328,7 +332,7 @@ def _child_main(fd: int) -> None:
             elif kind == "artifact":
                 client.log_artifact(run_id, job[1], job[2])
             elif kind == "curve":
-                _log_curve(client, run_id, job[1], job[2])
+                _log_curve(client, run_id, job[1], job[2], job[3])
             elif kind == "tags":
                 for k, v in job[1].items():
                     client.set_tag(run_id, k, v)
@@ -343,7 +347,8 @@ def _child_main(fd: int) -> None:
                 return
 
 
-def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str) -> None:
+def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
+               eval_points: list[tuple[float, float]]) -> None:
     import tempfile
 
     import matplotlib
@@ -352,7 +357,10 @@ def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], titl
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([p[0] for p in points], [p[1] for p in points])
+    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
+    if eval_points:
+        ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
+    ax.legend(loc="lower right")
     ax.set_xlabel("env steps")
     ax.set_ylabel("episode return (mean of last 100)")
     ax.set_title(title)

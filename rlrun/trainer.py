@@ -23,6 +23,8 @@ import torch
 
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.config import AlgoConfig, RunConfig
+from rlrun.envs import make_vector_env
+from rlrun.evaluation import EVAL_METRICS, EvalResult, evaluate
 from rlrun.policy import ActionFn, InitFn, Policy, PolicySpec, PostprocessFn, build_policy
 from rlrun.registry import ALGOS, LOSSES, Entry, load_plugins
 from rlrun.worker_set import WorkerSet
@@ -44,7 +46,7 @@ EPISODE_WINDOW = 100  # episode metrics are means over the last 100 completed ep
 
 def reported_metrics(algo_cls: type[Trainer], loss: Entry[Any]) -> list[str]:
     """Every metric name a run of ``algo_cls`` with ``loss`` reports (valid ``stop`` keys)."""
-    names = [*ROLLOUT_METRICS, *TIME_METRICS, *POLICY_METRICS, *algo_cls.metrics]
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *POLICY_METRICS, *EVAL_METRICS, *algo_cls.metrics]
     names += [f"loss/{t}" for t in loss.info.get("terms", ())]
     names += [f"train/{s}" for s in loss.info.get("stats", ())]
     return sorted(set(names))
@@ -94,6 +96,7 @@ class Trainer:
         self.time_total_s = 0.0
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
+        self._eval_env: Any = None
         self.setup()
 
     # ------------------------------------------------------------------ hooks
@@ -157,7 +160,19 @@ class Trainer:
             "time/num_dropped_fragments": self.workers.num_dropped_fragments,
             **stats,
         }
+        ev = self.cfg.evaluation
+        if ev.interval and self.iteration % ev.interval == 0:
+            result.update(self.evaluate().metrics())
         return result
+
+    def evaluate(self) -> EvalResult:
+        """Greedy episodes with the current policy on separate, reused envs."""
+        ev = self.cfg.evaluation
+        if self._eval_env is None:
+            n = max(1, min(ev.num_envs, ev.num_episodes))
+            e = self.cfg.env
+            self._eval_env = make_vector_env(e.id, n, e.kwargs, e.vectorize)
+        return evaluate(self.policy, self.cfg.env, ev.num_episodes, ev.num_envs, self.cfg.seed, self._eval_env)
 
     def _add_episodes(self, returns: Iterable[float], lengths: Iterable[int]) -> None:
         for r, n in zip(returns, lengths, strict=True):
@@ -221,4 +236,6 @@ class Trainer:
         """Restore what ``extra_state`` returned (hook)."""
 
     def stop(self) -> None:
+        if self._eval_env is not None:
+            self._eval_env.close()
         self.workers.stop()
