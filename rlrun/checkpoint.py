@@ -88,20 +88,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
 INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs")
 
 
-def flat_config(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and v:
-            out.update(flat_config(v, key))
-        else:
-            out[key] = v
-    return out
-
-
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{key: (checkpoint value, new value)}`` for every leaf that differs."""
-    a, b = flat_config(old), flat_config(new)
+    from rlrun.tracking import flatten
+
+    a, b = flatten(old), flatten(new)
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 

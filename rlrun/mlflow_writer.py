@@ -1,0 +1,127 @@
+"""The MLflow writer: a child process that owns one MLflow run for a trainer (see tracking.py).
+
+It runs the trainer's jobs in order (start or resume the run, log metrics, artifacts, tags, the
+learning curve, end). A reader thread keeps the socket drained while a job (the first-time SQLite
+schema creation, say) takes a while. If the trainer dies, the socket closes and the run is marked
+KILLED. It ignores Ctrl-C: the trainer decides how the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from rlrun.tracking import MAX_PARAMS_PER_BATCH, TrackingError
+
+
+def main(fd: int) -> None:
+    """The tracking child: run jobs in order; a reader thread keeps the socket drained meanwhile."""
+    import logging
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; we finish writing
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    conn = Connection(fd)
+    _, uri, artifact_location, experiment_name, run_name, resume_run_id = conn.recv()
+    jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
+
+    def reader() -> None:
+        try:
+            while True:
+                jobs.put(conn.recv())
+        except (EOFError, OSError):
+            jobs.put(("eof",))
+
+    threading.Thread(target=reader, daemon=True).start()
+
+    def reply(msg: tuple[Any, ...]) -> None:  # best effort: a dead trainer must not stop the bookkeeping
+        with contextlib.suppress(OSError):
+            conn.send(msg)
+
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run_id = None
+    while True:
+        job = jobs.get()
+        kind = job[0]
+        try:
+            if kind == "eof":  # the trainer died without ending the run
+                if run_id is not None:
+                    client.set_terminated(run_id, "KILLED")
+                return
+            if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
+                _, params, tags = job
+                run_id = resume_run_id
+                client.update_run(run_id, status="RUNNING")
+                for k, v in tags.items():
+                    client.set_tag(run_id, k, v)
+                hist = client.get_metric_history(run_id, "timesteps_total")
+                reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
+            elif kind == "start":
+                _, params, tags = job
+                exp = client.get_experiment_by_name(experiment_name)
+                exp_id = exp.experiment_id if exp else client.create_experiment(
+                    experiment_name, artifact_location=artifact_location)
+                run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+                reply(("run_id", (run_id, -1)))
+                items = [Param(k, v) for k, v in params.items()]
+                for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                    client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+            elif run_id is None:
+                raise TrackingError(f"'{kind}' before the MLflow run was created")
+            elif kind == "metrics":
+                ms = [Metric(k, v, ts, step) for metrics, step, ts in job[1] for k, v in metrics.items()]
+                for i in range(0, len(ms), 1000):
+                    client.log_batch(run_id, metrics=ms[i : i + 1000])
+            elif kind == "artifacts":
+                client.log_artifacts(run_id, job[1], job[2])
+                reply(("uploaded", job[1]))
+            elif kind == "artifact":
+                client.log_artifact(run_id, job[1], job[2])
+            elif kind == "curve":
+                _log_curve(client, run_id, job[1], job[2], job[3])
+            elif kind == "tags":
+                for k, v in job[1].items():
+                    client.set_tag(run_id, k, v)
+            elif kind == "end":
+                client.set_terminated(run_id, job[1])
+                reply(("ended", None))
+                return
+        except Exception as e:  # reported to the trainer, which stops the run
+            reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            if kind == "end":
+                reply(("ended", None))
+                return
+
+
+def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
+               eval_points: list[tuple[float, float]]) -> None:
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
+    if eval_points:
+        ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
+    ax.legend(loc="lower right")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "learning_curve.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        client.log_artifact(run_id, str(path))
