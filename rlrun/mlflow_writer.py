@@ -74,6 +74,7 @@ def main(fd: int) -> None:
                 items = [Param(k, v) for k, v in params.items()]
                 for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
                     client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+                _warm_up_plotting()
             elif run_id is None:
                 raise TrackingError(f"'{kind}' before the MLflow run was created")
             elif kind == "metrics":
@@ -99,6 +100,14 @@ def main(fd: int) -> None:
             if kind == "end":
                 reply(("ended", None))
                 return
+
+
+def _warm_up_plotting() -> None:
+    """Import matplotlib while the trainer trains, so the end-of-run learning curve costs no wait."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
 
 
 def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
