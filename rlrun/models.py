@@ -54,6 +54,18 @@ def _mlp(sizes: list[int], act: type[nn.Module]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def linear_layers(seq: nn.Sequential) -> list[nn.Linear]:
+    return [m for m in seq if isinstance(m, nn.Linear)]
+
+
+def mlp_forward(layers: list[nn.Linear], act: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``act(linear(x))`` through ``layers``, calling them functionally: nn.Module.__call__ costs more
+    than a 64-wide layer at acting batch sizes (one vector step = one forward pass)."""
+    for layer in layers:
+        x = act(F.linear(x, layer.weight, layer.bias))
+    return x
+
+
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     # orthogonal init with small policy-head gain (Andrychowicz et al. 2021, "What matters in on-policy RL")
     nn.init.orthogonal_(layer.weight, gain)
@@ -82,22 +94,15 @@ class MLPModel(nn.Module):
         self.vf_head = _init(nn.Linear(sizes[-1], 1), 1.0)
         if self.free_log_std:
             self.log_std = nn.Parameter(torch.full((head_out,), float(config.init_log_std)))
-        # forward calls the layers functionally: nn.Module.__call__ costs more than a 64-wide
-        # layer at acting batch sizes (one vector step = one forward pass)
         self._act = _ACT_FNS[config.activation]
-        self._pi_layers = [m for m in self.torso if isinstance(m, nn.Linear)]
-        self._vf_layers = None if self.vf_torso is None else [m for m in self.vf_torso if isinstance(m, nn.Linear)]
-
-    def _run(self, layers: list[nn.Linear], x: torch.Tensor) -> torch.Tensor:
-        for layer in layers:
-            x = self._act(F.linear(x, layer.weight, layer.bias))
-        return x
+        self._pi_layers = linear_layers(self.torso)
+        self._vf_layers = None if self.vf_torso is None else linear_layers(self.vf_torso)
 
     def forward(self, obs: torch.Tensor) -> ModelOutput:
         x = obs.reshape(obs.shape[0], -1).float()
-        h = self._run(self._pi_layers, x)
+        h = mlp_forward(self._pi_layers, self._act, x)
         logits = F.linear(h, self.pi_head.weight, self.pi_head.bias)
         if self.free_log_std:
             logits = torch.cat([logits, self.log_std.expand_as(logits)], dim=-1)
-        hv = h if self._vf_layers is None else self._run(self._vf_layers, x)
+        hv = h if self._vf_layers is None else mlp_forward(self._vf_layers, self._act, x)
         return ModelOutput(logits, F.linear(hv, self.vf_head.weight, self.vf_head.bias).squeeze(-1))

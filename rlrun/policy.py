@@ -9,7 +9,7 @@ names to torch tensors (one minibatch). The optimizer step lives in one place: `
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -62,7 +62,6 @@ class PolicySpec:
     loss: LossConfig
     model: ModelConfig
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Policy:
@@ -94,7 +93,6 @@ class Policy:
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.np_rng = np.random.default_rng(spec.seed)
         self.global_timestep = 0  # env steps sampled so far; drives schedules
-        self._discrete = isinstance(spec.action_space, gym.spaces.Discrete)
         if type(self).init_fn is not None:
             type(self).init_fn(self)  # type: ignore[misc]
 

@@ -51,6 +51,11 @@ def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str |
     return None
 
 
+def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
+    """A metric threshold of ``stop`` was reached (a counter budget running out does not count)."""
+    return any(stop_reason({k: v}, result) for k, v in stop.items() if k not in STOP_COUNTERS)
+
+
 def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None) -> RunResult:
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory."""
@@ -79,7 +84,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     tags = {
         "rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
         "rlrun.experiment": experiment, "rlrun.seed": str(cfg.seed),
-        "mlflow.source.git.commit": git_sha(launch), "git_sha": git_sha(launch), **version_tags(),
+        "mlflow.source.git.commit": (sha := git_sha(launch)), "git_sha": sha, **version_tags(),
     }
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
@@ -131,9 +136,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
             if trainer is not None:
                 trainer.stop()
             tracker.end(status)
-    metric_keys = [k for k in cfg.stop if k not in STOP_COUNTERS]
-    target_met = any(stop_reason({k: cfg.stop[k]}, result) for k in metric_keys)
-    return RunResult(result, reason, target_met, ckpt, out_dir, tracker.run_id, history)
+    return RunResult(result, reason, target_met(cfg.stop, result), ckpt, out_dir, tracker.run_id, history)
 
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
@@ -141,7 +144,7 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
     key = "rollout/episode_return_mean"
     points = [(h["timesteps_total"], h[key]) for h in history if key in h]
     returns = [y for _, y in points if not math.isnan(y)]
-    met = any(stop_reason({k: v}, history[-1]) for k, v in cfg.stop.items() if k not in STOP_COUNTERS)
+    met = target_met(cfg.stop, history[-1])
     final = f"{returns[-1]:.1f}" if returns else "n/a"
     best = f"{max(returns):.1f}" if returns else "n/a"
     note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.id}`, "

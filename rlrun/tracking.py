@@ -8,6 +8,7 @@ in the training loop at the next call, so a broken store stops the run early.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
@@ -64,6 +65,11 @@ def git_sha(cwd: str | Path) -> str:
 
 
 def version_tags() -> dict[str, str]:
+    return dict(_version_tags())
+
+
+@functools.lru_cache(maxsize=1)
+def _version_tags() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     tags = {"python": sys.version.split()[0]}

@@ -127,11 +127,6 @@ class WorkerSet:
     def num_healthy_workers(self) -> int:
         return len(self._remote) if self.num_workers else 1
 
-    def remote_pids(self) -> dict[int, int]:
-        import ray
-
-        return dict(zip(self._remote, ray.get([w.get_pid.remote() for w in self._remote.values()]), strict=True))
-
     def _restart(self, index: int, reason: str) -> None:
         import ray
 

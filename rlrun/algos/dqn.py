@@ -22,7 +22,7 @@ from torch import nn
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
-from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp
+from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp, linear_layers, mlp_forward
 from rlrun.policy import ActionOutput, LossOutput, Policy, TorchBatch
 from rlrun.postprocessing import compute_nstep
 from rlrun.registry import ALGOS, LOSSES, MODELS
@@ -74,12 +74,10 @@ class QMLPModel(nn.Module):
         self.adv_head = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
         self.v_head = _init(nn.Linear(sizes[-1], 1), 1.0) if config.dueling else None
         self._act = _ACT_FNS[config.activation]
-        self._layers = [m for m in self.torso if isinstance(m, nn.Linear)]
+        self._layers = linear_layers(self.torso)
 
     def forward(self, obs: torch.Tensor) -> ModelOutput:
-        h = obs.reshape(obs.shape[0], -1).float()
-        for layer in self._layers:  # functional calls: see MLPModel
-            h = self._act(F.linear(h, layer.weight, layer.bias))
+        h = mlp_forward(self._layers, self._act, obs.reshape(obs.shape[0], -1).float())
         q = F.linear(h, self.adv_head.weight, self.adv_head.bias)
         if self.v_head is not None:
             q = F.linear(h, self.v_head.weight, self.v_head.bias) + q - q.mean(dim=-1, keepdim=True)
