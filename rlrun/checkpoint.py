@@ -109,20 +109,21 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any], where: Path) -> di
     return changes
 
 
-def find_latest_checkpoint(launch_dir: Path) -> Path:
+def find_latest_checkpoint(launch_dir: Path, key: str = "resume") -> Path:
     """The newest complete ``checkpoints/iter_*`` under the launch dir's Hydra output folders."""
     found = [p.parent for pattern in ("outputs/**/checkpoints/iter_*/meta.json",
                                       "multirun/**/checkpoints/iter_*/meta.json")
              for p in launch_dir.glob(pattern)]
     if not found:
-        raise CheckpointError(f"resume=latest: no checkpoint under {launch_dir}/outputs or {launch_dir}/multirun")
+        raise CheckpointError(f"{key}=latest: no checkpoint under {launch_dir}/outputs or {launch_dir}/multirun")
     return max(found, key=lambda p: ((p / META_FILE).stat().st_mtime, p.name))
 
 
-def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, download_to: Path) -> Path:
-    """``resume=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory."""
+def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, download_to: Path,
+                   key: str = "resume") -> Path:
+    """``<key>=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory."""
     if spec == "latest":
-        return find_latest_checkpoint(launch_dir)
+        return find_latest_checkpoint(launch_dir, key)
     path = Path(spec).expanduser()
     if not path.is_absolute():
         path = launch_dir / path
@@ -139,9 +140,9 @@ def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, downlo
         try:
             names = sorted(a.path for a in client.list_artifacts(spec, "checkpoints"))
         except Exception as e:  # unknown run id, unreachable store
-            raise CheckpointError(f"resume={spec}: cannot read MLflow run {spec} at {tracking_uri}: {e}") from None
+            raise CheckpointError(f"{key}={spec}: cannot read MLflow run {spec} at {tracking_uri}: {e}") from None
         if not names:
-            raise CheckpointError(f"resume={spec}: MLflow run {spec} has no checkpoints/ artifacts")
+            raise CheckpointError(f"{key}={spec}: MLflow run {spec} has no checkpoints/ artifacts")
         download_to.mkdir(parents=True, exist_ok=True)
         return Path(client.download_artifacts(spec, names[-1], str(download_to)))
-    raise CheckpointError(f"resume={spec}: not a checkpoint directory, an MLflow run id, or 'latest'")
+    raise CheckpointError(f"{key}={spec}: not a checkpoint directory, an MLflow run id, or 'latest'")

@@ -131,6 +131,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         try:
             if trainer is not None and trainer.iteration > 0:
                 ckpt = write_checkpoint(trainer, cfg, result, out_dir, config_dict, tracker)
+                if status == "FINISHED" and cfg.tracking.log_model:
+                    tracker.log_model(ckpt, launch)
                 _describe_run(cfg, history, reason, tracker)
         finally:
             if trainer is not None:

@@ -105,6 +105,9 @@ class Tracker:
                            eval_points: list[tuple[float, float]] | None = None) -> None:
         """A PNG of training return (and greedy evaluation points) vs env steps: ``learning_curve.png``."""
 
+    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path) -> None:
+        """Log the checkpoint's greedy policy as the run's MLflow model ``model`` (see rlrun/export.py)."""
+
     def is_uploaded(self, local_dir: str | Path) -> bool:
         """Whether ``log_artifacts(local_dir)`` has finished, so the local copy may be deleted."""
         return True
@@ -151,14 +154,14 @@ class MlflowTracker(Tracker):
         ours, theirs = socket.socketpair()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import main; main(int(sys.argv[1]))",
+            [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import run; run(int(sys.argv[1]))",
              str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
         )
         theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
-                         resume_run_id))
+                         resume_run_id, cfg.log_model))
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         try:
@@ -229,6 +232,9 @@ class MlflowTracker(Tracker):
         def clean(ps: list[tuple[float, float]]) -> list[tuple[float, float]]:
             return [(float(x), float(y)) for x, y in ps if math.isfinite(y)]
         self._send(("curve", clean(points), title, clean(eval_points or [])))
+
+    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path) -> None:
+        self._send(("model", str(checkpoint_dir), str(launch_dir)))
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         self._poll()

@@ -3,12 +3,18 @@
 Multi-seed studies live in experiments/ (see experiments/README.md).
 """
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from rlrun.cli import compose
 from rlrun.run import run
+
+from .conftest import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +29,18 @@ def test_ppo_cartpole_reaches_475_within_150k_steps_through_the_cli(cli, tmp_pat
     steps, ret = int(m[1].replace(",", "")), float(m[2])
     assert ret >= 475 and steps <= 150_000, last
     assert (tmp_path / "mlflow.db").is_file()
+
+    # the saved policy, evaluated greedily by the separate console script, with a video in MLflow
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=20", "render=true"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = re.search(r"greedy return over 20 episodes: mean ([\d.]+)", p.stdout)
+    assert m and float(m[1]) >= 475, p.stdout
+    run_id = re.search(r"to MLflow run (\w+) under (\S+)/", p.stdout)
+    assert run_id, p.stdout
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert f"{run_id[2]}/episode.gif" in {a.path for a in client.list_artifacts(run_id[1], run_id[2])}
 
 
 def test_pg_cartpole_reaches_150_within_200k_steps(tmp_path):

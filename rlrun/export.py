@@ -1,0 +1,143 @@
+"""A trained policy outside the trainer: rebuilt from a checkpoint, and logged as an MLflow model.
+
+``load_policy(checkpoint_dir)`` rebuilds the Policy a checkpoint was written by (config, plugins,
+spaces from one env copy, weights). ``GreedyActor`` wraps its model as a plain ``nn.Module``
+``obs [B, *obs_shape] -> actions [B, ...]`` (the action distribution's deterministic sample,
+clipped to a Box's bounds), which ``log_policy_model`` traces to TorchScript for ``mlflow.pytorch``:
+``mlflow.pyfunc.load_model("runs:/<id>/model").predict(obs)`` then returns greedy actions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrun.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from rlrun.config import ConfigError, RunConfig, build_config
+from rlrun.distributions import ActionDistribution
+from rlrun.envs import make_vector_env
+from rlrun.policy import Policy
+from rlrun.registry import load_plugins
+
+MODEL_ARTIFACT = "model"
+
+
+class LoadedPolicy(NamedTuple):
+    policy: Policy
+    cfg: RunConfig
+    checkpoint: Checkpoint
+    obs_space: gym.Space
+    action_space: gym.Space
+
+
+def load_policy(path: str | Path, launch_dir: str | Path | None = None) -> LoadedPolicy:
+    """The Policy stored in checkpoint directory ``path``, weights restored, ready to act."""
+    from rlrun.trainer import PolicyFactory
+
+    launch = str(Path(launch_dir or os.getcwd()).resolve())
+    ckpt = load_checkpoint(path)
+    load_plugins([str(p) for p in ckpt.config.get("plugins") or []], search_dirs=[launch])
+    try:
+        cfg = build_config(dict(ckpt.config))
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {path}: its config.yaml is not valid for this rlrun: {e}") from None
+    env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
+    obs_space, action_space = env.single_observation_space, env.single_action_space
+    env.close()
+    policy = PolicyFactory(cfg, launch)(obs_space, action_space)
+    try:
+        policy.set_state(ckpt.state["policy"])
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {path}: policy weights do not fit the model in its config: {e}") from None
+    return LoadedPolicy(policy, cfg, ckpt, obs_space, action_space)
+
+
+class GreedyActor(nn.Module):
+    """``obs -> greedy actions`` as one module (no numpy, no RNG): exportable and servable."""
+
+    def __init__(self, model: nn.Module, dist_class: type[ActionDistribution], action_space: gym.Space) -> None:
+        super().__init__()
+        self.model = model
+        self.dist_class = dist_class
+        self.bounds: tuple[torch.Tensor, torch.Tensor] | None = None
+        if isinstance(action_space, gym.spaces.Box):
+            self.bounds = (torch.as_tensor(action_space.low), torch.as_tensor(action_space.high))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        actions = self.dist_class(self.model(obs).dist_inputs).deterministic_sample()
+        if self.bounds is not None:
+            actions = torch.clamp(actions, *self.bounds)
+        return actions
+
+
+def greedy_actor(loaded: LoadedPolicy) -> GreedyActor:
+    actor = GreedyActor(loaded.policy.model, loaded.policy.dist_class, loaded.action_space)
+    return actor.eval().requires_grad_(False)
+
+
+def example_observations(obs_space: gym.Space, n: int = 4, seed: int = 0) -> np.ndarray:
+    """``n`` observations sampled from the space (float32): the model's input example."""
+    obs_space.seed(seed)
+    return np.stack([np.asarray(obs_space.sample(), dtype=np.float32) for _ in range(n)])
+
+
+def warm_up() -> None:
+    """Do ahead of time what makes the first ``log_policy_model`` slow (~2 s here): import
+    mlflow.pytorch and build MLflow's package map (it checks the model's pip requirements)."""
+    import mlflow.pytorch  # noqa: F401
+    from mlflow.models import infer_signature  # noqa: F401
+
+    try:  # private helper, cached by MLflow; a later MLflow without it only loses the head start
+        from mlflow.utils.requirements_utils import _init_packages_to_modules_map
+
+        _init_packages_to_modules_map()
+    except (ImportError, AttributeError):
+        pass
+
+
+def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path, launch_dir: str | Path) -> str:
+    """Log the checkpoint's greedy policy to run ``run_id`` as MLflow model ``model``; returns its URI.
+
+    The actor is traced to TorchScript: loading it needs torch only (not rlrun or your plugins) and
+    runs no pickled Python code. (MLflow's default "pt2" export would import torch._dynamo, ~3.5 s
+    here, on every run's way out.)
+    """
+    import logging
+    import warnings
+
+    import mlflow
+    import mlflow.pytorch
+    from mlflow.models import Model, infer_signature
+
+    loaded = load_policy(checkpoint_dir, launch_dir)
+    actor = greedy_actor(loaded)
+    example = example_observations(loaded.obs_space)
+    with torch.no_grad():
+        out = actor(torch.as_tensor(example)).numpy()
+        scripted = torch.jit.trace(actor, torch.as_tensor(example))
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
+    logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # its pickle warning; ours is TorchScript
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TorchScript archive.*")
+        Model.log(
+            artifact_path=None, name=MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
+            pytorch_model=scripted, serialization_format="pickle",  # a ScriptModule: saved with torch.jit.save
+            input_example=example, signature=infer_signature(example, out),
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
+            metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.id,
+                      "rlrun.checkpoint": Path(checkpoint_dir).name},
+        )
+    return f"runs:/{run_id}/{MODEL_ARTIFACT}"
+
+
+def describe(loaded: LoadedPolicy) -> dict[str, Any]:
+    m = loaded.checkpoint.meta
+    return {"algo": loaded.cfg.algo.name, "env": loaded.cfg.env.id, "timesteps_total": m.get("timesteps_total"),
+            "training_iteration": m.get("training_iteration"), "mlflow_run_id": m.get("mlflow_run_id")}
