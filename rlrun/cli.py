@@ -10,10 +10,12 @@ import os
 import re
 import sys
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
@@ -65,9 +67,11 @@ def compose(overrides: list[str], launch_dir: str | None = None) -> RunConfig:
 def _main(cfg: DictConfig) -> float | None:
     from rlrun.run import run
 
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        return sweep_job(cfg)
     launch_dir = os.getcwd()  # version_base 1.3: Hydra does not chdir
     try:
-        hc = HydraConfig.get()
         run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"),
                                     hc.runtime.output_dir)
         result = run(run_cfg, launch_dir=launch_dir)
@@ -83,7 +87,55 @@ def _main(cfg: DictConfig) -> float | None:
     return result.metrics.get("rollout/episode_return_mean")
 
 
-GROUPS = ("algo", "loss", "model", "env", "rollout", "tracking", "debug", "experiment")
+def sweep_job(cfg: DictConfig) -> float:
+    """One job of ``rlrun -m``: a child MLflow run of the sweep. It never raises: a failure is
+    recorded (FAILED child, ``rlrun.error`` tag, ``job.log``) and NaN returned, so the sweep goes on."""
+    from dataclasses import replace
+
+    from rlrun.run import run
+    from rlrun.sweep import SweepJob, Tee, objective_value, read_sweep_info, record_failed_job
+
+    hc = HydraConfig.get()
+    launch_dir = hc.runtime.cwd  # the driver's directory, also for jobs in Ray tasks
+    out_dir = Path(hc.runtime.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    overrides = list(hc.overrides.task)
+    name = f"job {hc.job.num}: {' '.join(overrides)}"[:250]
+    info = read_sweep_info(hc.sweep.dir)
+    log_path = out_dir / "job.log"
+    job = None
+    if info is not None:
+        tags = {"mlflow.parentRunId": info.parent_run_id, "rlrun.overrides": " ".join(overrides)[:5000],
+                "rlrun.job_num": str(hc.job.num), "mlflow.runName": name}
+        job = SweepJob(info, tags, log_path)
+    with open(log_path, "w") as log:
+        out, err = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = Tee(out, log), Tee(err, log)
+        try:
+            print(f"rlrun: {name}", flush=True)
+            run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"), str(out_dir))
+            if info is not None:
+                run_cfg = replace(run_cfg, tracking=replace(
+                    run_cfg.tracking, tracking_uri=info.tracking_uri, experiment_name=info.experiment_name,
+                    run_name=run_cfg.tracking.run_name or name))
+            result = run(run_cfg, launch_dir=launch_dir, sweep=job)
+            value = objective_value(run_cfg.objective, result)
+            print(f"rlrun: {name}: {run_cfg.objective} = {value:g}", flush=True)
+            return value
+        except Exception as e:
+            msg = str(e) if isinstance(e, (*USER_ERRORS, WorkerFailure)) else f"{type(e).__name__}: {e}"
+            print(f"rlrun: {name}: failed: {msg}", file=sys.stderr, flush=True)
+            if job is not None and not job.recorded:
+                try:
+                    record_failed_job(job, msg)
+                except Exception as e2:  # never let bookkeeping sink the sweep
+                    print(f"rlrun: could not record the failed job in MLflow: {e2}", file=sys.stderr)
+            return float("nan")
+        finally:
+            sys.stdout, sys.stderr = out, err
+
+
+GROUPS = ("algo", "loss", "model", "env", "rollout", "tracking", "debug", "experiment", "hparams_search")
 
 
 def check_group_choices(argv: list[str]) -> str | None:
@@ -108,11 +160,22 @@ def check_group_choices(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    from rlrun.sweep import OUTCOME, end_interrupted_sweep
+
     problem = check_group_choices(sys.argv[1:])
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    _main()
+    try:
+        _main()
+    except KeyboardInterrupt:
+        end_interrupted_sweep()
+        raise
+    if OUTCOME.failed:
+        print(f"rlrun: {len(OUTCOME.failed)} of {OUTCOME.total} jobs failed: {', '.join(OUTCOME.failed)}",
+              file=sys.stderr)
+        if len(OUTCOME.failed) == OUTCOME.total:
+            sys.exit(1)
 
 
 if __name__ == "__main__":

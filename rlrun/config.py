@@ -127,6 +127,7 @@ class RunConfig:
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
     resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"
+    objective: str = "rollout/episode_return_mean"  # a sweep job's return value (a metric, or steps_to_target)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -310,6 +311,10 @@ def check_config(cfg: RunConfig) -> None:
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
 
+    if cfg.objective not in known and cfg.objective != "steps_to_target":
+        raise ConfigError(f"objective: '{cfg.objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
+                          f"{suggest(cfg.objective, sorted(known))} (or steps_to_target)")
+
     # batch arithmetic
     r, a = cfg.rollout, cfg.algo
     if a.train_batch_size < 1:
@@ -343,7 +348,7 @@ def check_config(cfg: RunConfig) -> None:
         )
     if a.num_sgd_iter < 1:
         raise ConfigError(f"algo.num_sgd_iter: must be at least 1, got {a.num_sgd_iter}")
-    if a.lr <= 0 and a.lr_schedule is None:
+    if a.lr <= 0:
         raise ConfigError(f"algo.lr: must be positive, got {a.lr:g}")
     if not 0.0 <= a.gamma <= 1.0:
         raise ConfigError(f"algo.gamma: must be in [0, 1], got {a.gamma:g}")
@@ -355,6 +360,11 @@ def check_config(cfg: RunConfig) -> None:
             )
         if any(p[1] < 0 for p in a.lr_schedule):
             raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
+        if steps[0] <= 0 and a.lr_schedule[0][1] != a.lr:  # the schedule would silently replace algo.lr
+            raise ConfigError(
+                f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
+                "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
+            )
     if cfg.checkpoint.every_n_iters < 0 or cfg.checkpoint.keep_last < 1:
         raise ConfigError(
             f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="

@@ -83,7 +83,7 @@ def make_render_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
         if entry.info.get("vector", True):
             raise RegistryError(f"env.id: rlrun env '{env_id}' is a vector env; render needs a gymnasium id "
                                 "or an env registered with vector=False that accepts render_mode")
-        return entry.obj(render_mode="rgb_array", **kwargs)  # type: ignore[no-any-return]
+        return entry.obj(render_mode="rgb_array", **kwargs)
     return gym.make(env_id, render_mode="rgb_array", **kwargs)
 
 
@@ -121,7 +121,7 @@ def write_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
     sample = np.concatenate([frames[i] for i in np.linspace(0, len(frames) - 1, 8).astype(int)], axis=0)
     palette = Image.fromarray(sample).quantize(colors=128, method=Image.Quantize.MEDIANCUT)
     images = [Image.fromarray(f).quantize(palette=palette, dither=Image.Dither.NONE) for f in frames]
-    duration = max(20, int(round(1000 / fps / 10)) * 10)  # GIF delays are in 10 ms units
+    duration = max(20, round(1000 / fps / 10) * 10)  # GIF delays are in 10 ms units
     images[0].save(path, save_all=True, append_images=images[1:], duration=duration, loop=0)
     return path
 

@@ -21,6 +21,7 @@ import yaml
 from rlrun.checkpoint import check_resumable, load_checkpoint, resolve_resume, save_checkpoint
 from rlrun.config import STOP_COUNTERS, RunConfig, build_config, to_dict
 from rlrun.registry import ALGOS, load_plugins
+from rlrun.sweep import SweepJob
 from rlrun.tracking import (
     ProgressLine,
     default_tracking_uri,
@@ -56,9 +57,11 @@ def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
     return any(stop_reason({k: v}, result) for k, v in stop.items() if k not in STOP_COUNTERS)
 
 
-def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None) -> RunResult:
+def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None,
+        sweep: SweepJob | None = None) -> RunResult:
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
-    defaults (the MLflow store, plugin imports); it defaults to the current directory."""
+    defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
+    makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
     launch = Path(launch_dir or os.getcwd()).resolve()
     if not isinstance(cfg, RunConfig):
         plugins = cfg.get("plugins") or []
@@ -89,7 +92,11 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
         tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
+    if sweep is not None:
+        tags.update(sweep.tags)
     tracker.start(params_from_config(config_dict), tags)
+    if sweep is not None:
+        sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
 
     progress = ProgressLine(cfg.progress)
@@ -125,6 +132,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         raise
     except BaseException as e:
         reason = f"failed: {type(e).__name__}: {e}"
+        tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
         raise
     finally:
         progress.close(result or None, reason)
@@ -137,6 +145,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         finally:
             if trainer is not None:
                 trainer.stop()
+            if sweep is not None and sweep.log_file is not None:
+                tracker.log_artifact(sweep.log_file)
             tracker.end(status)
     return RunResult(result, reason, target_met(cfg.stop, result), ckpt, out_dir, tracker.run_id, history)
 

@@ -1,0 +1,219 @@
+"""Sweeps (``rlrun -m ...``): one MLflow parent run per sweep, one child run per job.
+
+The driver (Hydra callback ``SweepCallback``, configured in conf/config.yaml) creates the SQLite
+store, the experiment and the parent run *before* any job starts (two clients migrating a fresh
+store at once corrupt it), logs the sweep's overrides and ``multirun.yaml`` to the parent, and
+writes ``<sweep dir>/rlrun_sweep.json`` so every job - in this process (basic launcher) or in a Ray
+task (ray launcher) - finds the parent. A job that fails (bad value, NaN loss, env error) becomes a
+FAILED child with the message in ``rlrun.error`` and its console log as ``job.log``; it returns NaN
+so the sweep goes on (Optuna records NaN as a failed trial). At the end the parent gets the summary
+(rlrun/report.py) and ends FINISHED, or FAILED when every job failed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+SWEEP_FILE = "rlrun_sweep.json"
+STEPS_TO_TARGET = "steps_to_target"  # objective: env steps when the stop target was met, else inf
+
+
+@dataclass
+class SweepInfo:
+    parent_run_id: str
+    tracking_uri: str
+    experiment_name: str
+    launch_dir: str
+    sweep_dir: str
+
+
+@dataclass
+class SweepJob:
+    """What ``run()`` needs to make a job's MLflow run a child of the sweep."""
+
+    info: SweepInfo
+    tags: dict[str, str]
+    log_file: Path | None = None
+    recorded: bool = False  # set by run() once its MLflow run exists (it then records any failure)
+
+
+@dataclass
+class SweepOutcome:  # the driver's view at the end, for the exit status
+    parent_run_id: str | None = None
+    total: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+OUTCOME = SweepOutcome()
+
+
+def _tracking_target(config: DictConfig) -> tuple[str, str, str | None] | None:
+    """(tracking uri, experiment name, artifact location) for the sweep, or None with tracking=none."""
+    from rlrun.tracking import default_tracking_uri
+
+    tr = config.get("tracking") or {}
+    if tr.get("backend", "mlflow") != "mlflow":
+        return None
+    launch = Path(config.hydra.runtime.cwd)
+    uri = tr.get("tracking_uri") or default_tracking_uri(launch)
+    name = tr.get("experiment_name") or config.hydra.runtime.choices.get("experiment") or "default"
+    artifacts = tr.get("artifact_location")
+    if not artifacts and uri.startswith("sqlite:///"):
+        artifacts = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+    return uri, str(name), artifacts
+
+
+def sweep_params(overrides: list[str]) -> dict[str, str]:
+    """``["seed=0,1,2", "algo.lr=1e-3,3e-4"]`` -> ``{"sweep.seed": "0,1,2", ...}`` (parent run params)."""
+    out = {}
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep:
+            out[f"sweep.{key.lstrip('+~')}"[:250]] = value[:6000]
+    return out
+
+
+class SweepCallback(Callback):
+    """Driver side of a sweep: parent run before the jobs, summary after them."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        start_sweep(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        finish_sweep(config)
+
+
+def start_sweep(config: DictConfig) -> SweepInfo | None:
+    OUTCOME.__init__()  # type: ignore[misc]  # a fresh record per sweep in this process
+    target = _tracking_target(config)
+    sweep_dir = Path(config.hydra.sweep.dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if target is None:
+        return None
+    uri, name, artifacts = target
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)  # creates/migrates the store, once, before any job
+    exp = client.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
+    overrides = list(config.hydra.overrides.task)
+    hc = config.hydra
+    tags = {
+        "rlrun.sweep": "true", "rlrun.sweep_dir": str(sweep_dir.resolve()),
+        "rlrun.sweep_overrides": " ".join(overrides)[:5000],
+        "rlrun.launcher": str(hc.launcher.get("_target_", "")), "rlrun.sweeper": str(hc.sweeper.get("_target_", "")),
+        "mlflow.note.content": f"Sweep `rlrun -m {' '.join(overrides)}`; jobs are the child runs. "
+                               f"Summary: `sweep_summary.md`, `sweep_returns.png`.",
+    }
+    parent = client.create_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
+    run_id = parent.info.run_id
+    from mlflow.entities import Param
+
+    params = [Param(k, v) for k, v in sweep_params(overrides).items()]
+    if params:
+        client.log_batch(run_id, params=params[:100])
+    (sweep_dir / "multirun.yaml").write_text(OmegaConf.to_yaml(config))  # Hydra rewrites it identically
+    client.log_artifact(run_id, str(sweep_dir / "multirun.yaml"))
+    info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()))
+    (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(info), indent=2))
+    OUTCOME.parent_run_id = run_id
+    print(f"rlrun: sweep -> MLflow parent run {run_id} (experiment '{name}', {uri})", flush=True)
+    return info
+
+
+def finish_sweep(config: DictConfig) -> None:
+    sweep_dir = Path(config.hydra.sweep.dir)
+    info = read_sweep_info(sweep_dir)
+    if info is None:
+        return
+    from rlrun.report import write_report
+
+    summary = write_report(info.parent_run_id, info.tracking_uri, sweep_dir)
+    OUTCOME.total = len(summary.rows)
+    OUTCOME.failed = [r.name for r in summary.rows if r.status != "FINISHED"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=info.tracking_uri)
+    best = sweep_dir / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
+    if best.is_file():
+        client.log_artifact(info.parent_run_id, str(best))
+    all_failed = OUTCOME.total > 0 and len(OUTCOME.failed) == OUTCOME.total
+    client.set_terminated(info.parent_run_id, "FAILED" if all_failed else "FINISHED")
+
+
+def end_interrupted_sweep() -> None:
+    """Ctrl-C during a sweep: the parent run ends KILLED instead of staying RUNNING."""
+    if OUTCOME.parent_run_id is None:
+        return
+    info = None
+    for p in Path.cwd().glob(f"multirun/**/{SWEEP_FILE}"):
+        cand = json.loads(p.read_text())
+        if cand.get("parent_run_id") == OUTCOME.parent_run_id:
+            info = SweepInfo(**cand)
+    if info is not None:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=info.tracking_uri).set_terminated(info.parent_run_id, "KILLED")
+
+
+def read_sweep_info(sweep_dir: str | Path) -> SweepInfo | None:
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.is_file():
+        return None
+    return SweepInfo(**json.loads(path.read_text()))
+
+
+def objective_value(name: str, result: Any) -> float:
+    """The job's return value for sweepers: a reported metric, or ``steps_to_target``."""
+    if name == STEPS_TO_TARGET:
+        return float(result.metrics["timesteps_total"]) if result.target_met else math.inf
+    value = result.metrics.get(name)
+    return float(value) if value is not None else math.nan
+
+
+class Tee:
+    """Copies what a job prints to its ``job.log`` (the artifact of a failed or finished child)."""
+
+    def __init__(self, stream: TextIO, log: TextIO) -> None:
+        self.stream, self.log = stream, log
+
+    def write(self, s: str) -> int:
+        self.log.write(s)
+        self.log.flush()
+        return self.stream.write(s)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return False  # a job's progress goes out as plain lines
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def record_failed_job(job: SweepJob, error: str) -> None:
+    """A job that failed before its MLflow run existed (e.g. config validation) still gets a
+    FAILED child run, with the message and its log."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=job.info.tracking_uri)
+    exp = client.get_experiment_by_name(job.info.experiment_name)
+    if exp is None:
+        print(f"rlrun: MLflow experiment '{job.info.experiment_name}' is gone; job not recorded", file=sys.stderr)
+        return
+    tags = {**job.tags, "rlrun.error": error[:5000], "mlflow.note.content": f"Failed: {error}"[:5000]}
+    child = client.create_run(exp.experiment_id, run_name=job.tags.get("mlflow.runName"), tags=tags)
+    if job.log_file is not None and job.log_file.is_file():
+        client.log_artifact(child.info.run_id, str(job.log_file))
+    client.set_terminated(child.info.run_id, "FAILED")
