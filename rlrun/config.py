@@ -65,6 +65,7 @@ class RayConfig:
     # "auto" or "host:port" or "ray://host:port": join that existing cluster (never starts one)
     address: str | None = None
     num_cpus: int | None = None  # private instance only; null = all cores of this machine
+    start_timeout_s: float = 120.0  # rollout actors not placed by then (CPUs all taken): the run fails, clearly
 
 
 @dataclass

@@ -8,6 +8,7 @@ names to torch tensors (one minibatch). The optimizer step lives in one place: `
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -25,6 +26,8 @@ from rlrun.postprocessing import explained_variance
 from rlrun.registry import DISTRIBUTIONS, MODELS
 
 TorchBatch = dict[str, torch.Tensor]
+# Batches that come through Ray's object store are read-only numpy views; learning only reads them.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
 class LossOutput(NamedTuple):
@@ -179,7 +182,8 @@ class Policy:
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        self.model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        # torch.tensor copies: weights from Ray's object store are read-only views
+        self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and counters: tensors and plain numbers only (``weights_only`` safe)."""

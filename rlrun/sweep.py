@@ -146,6 +146,11 @@ def finish_sweep(config: DictConfig) -> None:
     best = sweep_dir / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
     if best.is_file():
         client.log_artifact(info.parent_run_id, str(best))
+        res = OmegaConf.to_container(OmegaConf.load(best))
+        if isinstance(res, dict) and "best_params" in res:
+            client.set_tag(info.parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
+            client.set_tag(info.parent_run_id, "rlrun.best_value", str(res.get("best_value")))
+            print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})", flush=True)
     all_failed = OUTCOME.total > 0 and len(OUTCOME.failed) == OUTCOME.total
     client.set_terminated(info.parent_run_id, "FAILED" if all_failed else "FINISHED")
 

@@ -104,7 +104,31 @@ class WorkerSet:
         self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(RolloutWorker)
         for i in range(1, self.num_workers + 1):
             self._remote[i] = self._make_actor(i)
+        self._wait_placed()
         self.sync_weights()
+
+    def _wait_placed(self) -> None:
+        """Fail clearly instead of waiting forever when the cluster has no CPUs left for the actors
+        (e.g. a sweep's Ray-launcher jobs hold them all)."""
+        import ray
+
+        timeout = self.cfg.rollout.ray.start_timeout_s
+        refs = [a.__ray_ready__.remote() for a in self._remote.values()]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if pending:
+            total = ray.cluster_resources().get("CPU", 0)
+            free = ray.available_resources().get("CPU", 0)
+            for a in self._remote.values():
+                ray.kill(a, no_restart=True)
+            self._remote.clear()
+            r = self.cfg.rollout
+            raise WorkerFailure(
+                f"rollout: only {len(ready)} of {len(refs)} rollout workers started within "
+                f"rollout.ray.start_timeout_s={timeout:g}: the Ray cluster has {total:g} CPUs, {free:g} free, and each "
+                f"worker asks for rollout.num_cpus_per_worker={r.num_cpus_per_worker:g}. Lower num_workers or "
+                "num_cpus_per_worker (fractions are allowed), or, in a sweep with hydra/launcher=ray, run fewer jobs "
+                "at once / give them fewer CPUs (hydra.launcher.ray.remote.num_cpus)"
+            )
 
     def _make_actor(self, index: int) -> Any:
         seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
