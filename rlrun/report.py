@@ -108,7 +108,7 @@ def markdown(summary: Summary) -> str:
                      f"{r.error[:200].replace('|', '/')} |")
     failed = [r for r in summary.rows if r.status != "FINISHED"]
     lines.append(f"\n{len(summary.rows)} jobs, {len(summary.rows) - len(failed)} finished, {len(failed)} failed"
-                 + (": " + ", ".join(f"{r.name} (`{r.overrides}`)" for r in failed) if failed else ""))
+                 + (": " + ", ".join(f"{r.name} (`{r.setting}`)" for r in failed) if failed else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -139,7 +139,7 @@ def finish_sweep(config: DictConfig) -> None:
 
     summary = write_report(info.parent_run_id, info.tracking_uri, sweep_dir)
     OUTCOME.total = len(summary.rows)
-    OUTCOME.failed = [r.name for r in summary.rows if r.status != "FINISHED"]
+    OUTCOME.failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=info.tracking_uri)

@@ -1,0 +1,154 @@
+"""Sweeps through the real CLI: `rlrun -m ...` -> one MLflow parent run, one child per job, a summary
+on the parent; failed jobs recorded without sinking the sweep; Ray launcher; Optuna; rlrun-report."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlrun.report import setting_of
+
+from .conftest import REPO, isolated, run_cli
+
+SUMMARY = {"multirun.yaml", "sweep_summary.csv", "sweep_summary.md", "sweep_returns.png"}
+
+
+def _store(d):
+    return MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}")
+
+
+def _sweep_runs(client, experiment="ppo_cartpole"):
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("rlrun.sweep") == "true"]
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    parent = parents[0]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return parent, sorted(children, key=lambda r: int(r.data.tags["rlrun.job_num"]))
+
+
+def test_multirun_makes_one_parent_and_a_child_per_job_with_the_summary(tmp_path):
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "seed=0,1", "algo.lr=1e-3,3e-4", "stop.timesteps_total=3000",
+                 "progress=false"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    client = _store(tmp_path)
+    parent, children = _sweep_runs(client)
+    assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["sweep.algo.lr"] == "1e-3,3e-4" and parent.data.params["sweep.seed"] == "0,1"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} >= SUMMARY
+    # the swept lr reaches the trainer (the preset's lr schedule starts at ${algo.lr})
+    lrs = sorted(float(c.data.params["algo.lr"]) for c in children)
+    assert lrs == [3e-4, 3e-4, 1e-3, 1e-3]
+    assert {c.data.params["algo.lr_schedule"] for c in children} == {"[[0.0, 0.001], [150000.0, 0.0]]",
+                                                                      "[[0.0, 0.0003], [150000.0, 0.0]]"}
+    # every child has its console log; the summary names all four jobs
+    assert "job.log" in {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert p.stdout.count("| FINISHED |") == 4 and "4 jobs, 4 finished, 0 failed" in p.stdout
+
+
+def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "algo.lr=-1,3e-4", "stop.timesteps_total=2000",
+                 "progress=false"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]  # not all failed
+    client = _store(tmp_path)
+    parent, children = _sweep_runs(client)
+    assert [c.info.status for c in children] == ["FAILED", "FINISHED"]
+    assert children[0].data.tags["rlrun.error"] == "algo.lr: must be positive, got -1"
+    assert "job.log" in {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert parent.info.status == "FINISHED"
+    assert "1 of 2 jobs failed: job 0 (algo.lr=-1)" in p.stderr
+    assert "2 jobs, 1 finished, 1 failed: job 0 (`algo.lr=-1`)" in p.stdout
+
+
+def test_a_job_failing_inside_the_run_keeps_its_run_and_error(tmp_path):
+    # an env kwarg CartPole rejects fails when the trainer builds its envs, after the child run exists
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "+env.kwargs.bogus=1", "seed=0,1", "progress=false"], tmp_path)
+    assert p.returncode == 1  # every job failed
+    client = _store(tmp_path)
+    _, children = _sweep_runs(client)
+    assert [c.info.status for c in children] == ["FAILED", "FAILED"]
+    for c in children:
+        assert "rejected" in c.data.tags["rlrun.error"], c.data.tags["rlrun.error"]
+        assert c.data.params["seed"] in ("0", "1")  # the run was started by run(): params are there
+        assert {"config.yaml", "job.log"} <= {a.path for a in client.list_artifacts(c.info.run_id)}
+
+
+def test_sweep_exits_nonzero_only_when_every_job_failed(tmp_path):
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "algo.lr=-1,-2", "progress=false"], tmp_path)
+    assert p.returncode == 1
+    assert "2 of 2 jobs failed" in p.stderr
+    parent, children = _sweep_runs(_store(tmp_path))
+    assert parent.info.status == "FAILED" and [c.info.status for c in children] == ["FAILED", "FAILED"]
+
+
+def test_rlrun_report_regenerates_the_summary(tmp_path):
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "seed=0,1", "stop.timesteps_total=1000", "progress=false"],
+                tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    sweep_dir = next(tmp_path.glob("multirun/*/*/rlrun_sweep.json")).parent
+    (sweep_dir / "sweep_summary.md").unlink()
+    env_py = [sys.executable, "-m", "rlrun.report"]
+    r = subprocess.run([*env_py, str(sweep_dir)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (sweep_dir / "sweep_summary.md").read_text().count("| FINISHED |") == 2
+    parent_id = json.loads((sweep_dir / "rlrun_sweep.json").read_text())["parent_run_id"]
+    r = subprocess.run([*env_py, parent_id], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "rlrun-report" / parent_id / "sweep_returns.png").is_file()
+    bad = subprocess.run([*env_py, "nope"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 2 and "nope: not a sweep directory" in bad.stderr
+
+
+def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "hparams_search=ppo_cartpole_optuna", "hydra.sweeper.n_trials=3",
+                 "stop.timesteps_total=2000", "progress=false"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Best parameters" in p.stdout + p.stderr
+    client = _store(tmp_path)
+    parent, children = _sweep_runs(client)
+    assert len(children) == 3
+    best = json.loads(parent.data.tags["rlrun.best_params"])
+    assert set(best) == {"algo.lr", "algo.gae_lambda", "algo.gamma", "loss.clip_param"}
+    assert "optimization_results.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_setting_drops_seed_and_shared_overrides():
+    common = {"stop.timesteps_total=5", "+experiment=ppo_cartpole"}
+    assert setting_of("+experiment=ppo_cartpole seed=3 algo.lr=0.1 stop.timesteps_total=5", common) == "algo.lr=0.1"
+    assert setting_of("seed=1", set()) == "(all jobs alike)"
+
+
+@pytest.mark.ray
+def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus(tmp_path):
+    # 2 jobs at once on a 2-CPU Ray instance; each job holds 0.5 CPU and its one rollout actor 0.5
+    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+            "+hydra.launcher.ray.remote.num_cpus=0.5", "+experiment=ppo_cartpole", "seed=0,1",
+            "stop.timesteps_total=3000", "progress=false", "rollout=ray", "rollout.num_workers=1",
+            "rollout.num_cpus_per_worker=0.5"]
+    p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    parent, children = _sweep_runs(_store(tmp_path))
+    assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
+    starts = [c.info.start_time for c in children]
+    ends = [c.info.end_time for c in children]
+    assert max(starts) < min(ends), "the two jobs did not overlap"
+
+
+@pytest.mark.ray
+def test_ray_launcher_jobs_fail_clearly_when_actors_cannot_get_cpus(tmp_path):
+    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "+experiment=ppo_cartpole",
+            "seed=0,1", "stop.timesteps_total=2000", "progress=false", "rollout=ray", "rollout.num_workers=2",
+            "rollout.ray.start_timeout_s=15"]
+    p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    _, children = _sweep_runs(_store(tmp_path))
+    errors = [c.data.tags.get("rlrun.error", "") for c in children if c.info.status == "FAILED"]
+    assert errors, p.stdout[-2000:]
+    assert all("rollout workers started within rollout.ray.start_timeout_s=15" in e for e in errors), errors
