@@ -1,11 +1,12 @@
-"""The MLflow writer: a child process that owns one MLflow run for a trainer (see tracking.py).
+"""The MLflow writer: a child process that writes a trainer's MLflow runs (see tracking.py).
 
-It runs the trainer's jobs in order (start or resume the run, log metrics, artifacts, tags, the
-learning curve, the final policy as an MLflow model, end). Slow imports needed at the end of the
-run (matplotlib, mlflow.pytorch) happen right after the start, while the trainer trains. A reader
-thread keeps the socket drained while a job (the first-time SQLite schema creation, say) takes a
-while. If the trainer dies, the socket closes and the run is marked
-KILLED. It ignores Ctrl-C: the trainer decides how the run ends.
+For each run it does the trainer's jobs in order (start or resume the run, log metrics, artifacts,
+tags, the learning curve, the final policy as an MLflow model, end); then it waits for the next
+run from the same trainer process (the jobs of a sweep), so mlflow is imported once per process,
+not once per run. Slow imports needed at the end of a run (matplotlib, mlflow.pytorch) happen right
+after the first start, while the trainer trains. A reader thread keeps the socket drained while a
+job (the first-time SQLite schema creation, say) takes a while. If the trainer dies, the socket
+closes and the open run is marked KILLED. It ignores Ctrl-C: the trainer decides how a run ends.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from rlrun.tracking import MAX_PARAMS_PER_BATCH, TrackingError
 
 
 def run(fd: int) -> None:
-    """Entry point: ``main``, then exit at once. Every write is committed by then; skipping the
-    interpreter's teardown saves 1-3 s once torch.export (torch._dynamo) has been imported."""
+    """Entry point: ``main``, then exit at once (every write is committed by then; skipping the
+    interpreter's teardown saves a second or more with torch and mlflow loaded)."""
     import os
 
     try:
@@ -34,7 +35,8 @@ def run(fd: int) -> None:
 
 
 def main(fd: int) -> None:
-    """The tracking child: run jobs in order; a reader thread keeps the socket drained meanwhile."""
+    """The tracking child: one MLflow run after another (a sweep's jobs in one process reuse it),
+    each run's jobs in order; a reader thread keeps the socket drained meanwhile."""
     import logging
     import signal
     import threading
@@ -43,7 +45,6 @@ def main(fd: int) -> None:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     conn = Connection(fd)
-    _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = conn.recv()
     jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
 
     def reader() -> None:
@@ -59,10 +60,40 @@ def main(fd: int) -> None:
         with contextlib.suppress(OSError):
             conn.send(msg)
 
-    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
+    clients: dict[str, Any] = {}
+    warmed: set[str] = set()
+    while True:
+        job = jobs.get()
+        if job[0] == "eof":
+            return
+        if job[0] != "init":
+            reply(("error", f"expected 'init', got '{job[0]}'"))
+            continue
+        uri = job[1]
+        client = clients.get(uri) or clients.setdefault(uri, MlflowClient(tracking_uri=uri))
+        if not _one_run(job, jobs, reply, client, warmed):
+            return
+
+
+def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: Any, client: Any,
+             warmed: set[str]) -> bool:
+    """Serve one run's jobs until "end" (True: ready for the next run) or the trainer's EOF (False)."""
+    from mlflow.entities import Metric, Param
+
+    _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = init
+
+    def warm_up() -> None:
+        if "plot" not in warmed:
+            _warm_up_plotting()
+            warmed.add("plot")
+        if log_model and "model" not in warmed:
+            from rlrun.export import warm_up as warm_up_model
+
+            warm_up_model()
+            warmed.add("model")
+
     run_id = None
     while True:
         job = jobs.get()
@@ -71,7 +102,7 @@ def main(fd: int) -> None:
             if kind == "eof":  # the trainer died without ending the run
                 if run_id is not None:
                     client.set_terminated(run_id, "KILLED")
-                return
+                return False
             if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
                 _, params, tags = job
                 run_id = resume_run_id
@@ -80,10 +111,7 @@ def main(fd: int) -> None:
                     client.set_tag(run_id, k, v)
                 hist = client.get_metric_history(run_id, "timesteps_total")
                 reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
-                if log_model:
-                    from rlrun.export import warm_up
-
-                    warm_up()
+                warm_up()
             elif kind == "start":
                 _, params, tags = job
                 exp = client.get_experiment_by_name(experiment_name)
@@ -94,11 +122,7 @@ def main(fd: int) -> None:
                 items = [Param(k, v) for k, v in params.items()]
                 for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
                     client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
-                _warm_up_plotting()
-                if log_model:
-                    from rlrun.export import warm_up
-
-                    warm_up()
+                warm_up()
             elif run_id is None:
                 raise TrackingError(f"'{kind}' before the MLflow run was created")
             elif kind == "metrics":
@@ -128,12 +152,12 @@ def main(fd: int) -> None:
             elif kind == "end":
                 client.set_terminated(run_id, job[1])
                 reply(("ended", None))
-                return
+                return True
         except Exception as e:  # reported to the trainer, which stops the run
             reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
             if kind == "end":
                 reply(("ended", None))
-                return
+                return True
 
 
 def _warm_up_plotting() -> None:

@@ -125,7 +125,7 @@ FLUSH_EVERY_S = 1.0  # metrics of the iterations within this window go out in on
 
 
 class MlflowTracker(Tracker):
-    """One MLflow run, written by a child process.
+    """One MLflow run, written by a child process (reused by the next run in this process).
 
     The child (a fresh ``python``, so it never re-imports the user's main module) imports mlflow,
     creates the SQLite schema and does every ``log_batch`` on the machine's other core, so none of
@@ -151,17 +151,9 @@ class MlflowTracker(Tracker):
         self._uploaded: set[str] = set()
         self._last_flush = 0.0
         self._ended = False
-        ours, theirs = socket.socketpair()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import run; run(int(sys.argv[1]))",
-             str(theirs.fileno())],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
-        )
-        theirs.close()
-        self._conn = Connection(ours.detach())
-        self._conn.send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
-                         resume_run_id, cfg.log_model))
+        self._proc, self._conn = _take_writer()
+        self._send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
+                    resume_run_id, cfg.log_model))
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         try:
@@ -264,13 +256,39 @@ class MlflowTracker(Tracker):
             error = e
         finally:
             self._ended = True
-            self._conn.close()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+            if error is None and self._proc.poll() is None:
+                _IDLE_WRITERS.append((self._proc, self._conn))  # the next run in this process reuses it
+            else:
+                self._conn.close()
+                try:
+                    self._proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
         if error is not None:
             raise error
+
+
+# Writer processes whose run has ended, waiting for this process's next run (a sweep's next job).
+# When this process exits, their sockets close and they exit too.
+_IDLE_WRITERS: list[tuple[subprocess.Popen[bytes], Connection]] = []
+
+
+def _take_writer() -> tuple[subprocess.Popen[bytes], Connection]:
+    """An idle MLflow writer process (mlflow already imported), else a new one."""
+    while _IDLE_WRITERS:
+        proc, conn = _IDLE_WRITERS.pop()
+        if proc.poll() is None and not conn.closed:
+            return proc, conn
+        conn.close()
+    ours, theirs = socket.socketpair()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import run; run(int(sys.argv[1]))",
+         str(theirs.fileno())],
+        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
+    )
+    theirs.close()
+    return proc, Connection(ours.detach())
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
