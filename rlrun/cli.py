@@ -160,7 +160,12 @@ def check_group_choices(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    import warnings
+
     from rlrun.sweep import OUTCOME, end_interrupted_sweep
+
+    # conf/hydra/launcher/ray.yaml deliberately replaces the plugin's `ray` config (same schema)
+    warnings.filterwarnings("ignore", message=".*is validated against ConfigStore schema with the same name")
 
     problem = check_group_choices(sys.argv[1:])
     if problem:

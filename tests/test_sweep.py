@@ -2,8 +2,11 @@
 on the parent; failed jobs recorded without sinking the sweep; Ray launcher; Optuna; rlrun-report."""
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
+import textwrap
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -127,14 +130,14 @@ def test_setting_drops_seed_and_shared_overrides():
 @pytest.mark.ray
 def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus(tmp_path):
     # 2 jobs at once on a 2-CPU Ray instance; each job holds 0.5 CPU and its one rollout actor 0.5
-    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-            "+hydra.launcher.ray.remote.num_cpus=0.5", "+experiment=ppo_cartpole", "seed=0,1",
+    args = ["-m", "hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2",
+            "hydra.launcher.ray.remote.num_cpus=0.5", "+experiment=ppo_cartpole", "seed=0,1",
             "stop.timesteps_total=3000", "progress=false", "rollout=ray", "rollout.num_workers=1",
             "rollout.num_cpus_per_worker=0.5"]
     p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-3000:]
-    parent, children = _sweep_runs(_store(tmp_path))
+    _, children = _sweep_runs(_store(tmp_path))
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
     starts = [c.info.start_time for c in children]
     ends = [c.info.end_time for c in children]
@@ -143,12 +146,35 @@ def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus
 
 @pytest.mark.ray
 def test_ray_launcher_jobs_fail_clearly_when_actors_cannot_get_cpus(tmp_path):
-    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2", "+experiment=ppo_cartpole",
+    args = ["-m", "hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2", "+experiment=ppo_cartpole",
             "seed=0,1", "stop.timesteps_total=2000", "progress=false", "rollout=ray", "rollout.num_workers=2",
             "rollout.ray.start_timeout_s=15"]
     p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     _, children = _sweep_runs(_store(tmp_path))
     errors = [c.data.tags.get("rlrun.error", "") for c in children if c.info.status == "FAILED"]
     assert errors, p.stdout[-2000:]
     assert all("rollout workers started within rollout.ray.start_timeout_s=15" in e for e in errors), errors
+
+
+@pytest.mark.ray
+def test_ray_launcher_joins_an_existing_cluster(tmp_path):
+    # the plugin's fixed 75 MiB object store would make ray.init(address=auto) fail; our config drops it
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    script = textwrap.dedent(f"""
+        set -u
+        ray start --head --port=6392 --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
+            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
+        {sys.executable} -m rlrun -m hydra/launcher=ray hydra.launcher.ray.init.address=auto \\
+            '~hydra.launcher.ray.init._node_ip_address' +experiment=ppo_cartpole seed=0,1 \\
+            stop.timesteps_total=2000 progress=false
+        rc=$?
+        ray stop --force >/dev/null 2>&1
+        exit $rc
+    """)
+    p = subprocess.run(isolated(["bash", "-c", script]), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
+    assert "Connecting to existing Ray cluster" in p.stderr + p.stdout
+    _, children = _sweep_runs(_store(tmp_path))
+    assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]

@@ -50,7 +50,8 @@ def one_sweep(launcher: str) -> dict[str, object]:
         structure = (f"{len(parents)} parent ({parents[0].info.status if parents else '-'}), {len(children)} children "
                      f"({', '.join(sorted({c.info.status for c in children}))})")
         artifacts = sorted(a.path for a in client.list_artifacts(parents[0].info.run_id)) if parents else []
-    return {"launcher": launcher, "wall_s": round(wall, 1), "structure": structure, "parent_artifacts": " ".join(artifacts)}
+    return {"launcher": launcher, "wall_s": round(wall, 1), "structure": structure,
+            "parent_artifacts": " ".join(artifacts)}
 
 
 def main() -> None:
@@ -72,7 +73,8 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     med = {k: statistics.median(float(r["wall_s"]) for r in rows if r["launcher"] == k) for k in LAUNCHERS}  # type: ignore[arg-type]
-    lines = ["| launcher | repeat | wall time (s) | MLflow runs | parent artifacts |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| launcher | repeat | wall time (s) | MLflow runs | parent artifacts |",
+             "| --- | --- | --- | --- | --- |"]
     lines += [f"| {r['launcher']} | {r['repeat']} | {r['wall_s']} | {r['structure']} | {r['parent_artifacts']} |"
               for r in rows]
     lines.append(f"\nmedian wall time: basic **{med['basic']:.1f} s**, ray **{med['ray']:.1f} s** "
