@@ -173,9 +173,11 @@ def main() -> None:
         sys.exit(2)
     try:
         _main()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C during a sweep (a single run exits 130 inside _main)
         end_interrupted_sweep()
-        raise
+        print("rlrun: sweep interrupted; the running job's run and the sweep's parent run are marked KILLED",
+              file=sys.stderr)
+        sys.exit(130)
     if OUTCOME.failed:
         print(f"rlrun: {len(OUTCOME.failed)} of {OUTCOME.total} jobs failed: {', '.join(OUTCOME.failed)}",
               file=sys.stderr)

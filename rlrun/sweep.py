@@ -47,8 +47,8 @@ class SweepJob:
 
 
 @dataclass
-class SweepOutcome:  # the driver's view at the end, for the exit status
-    parent_run_id: str | None = None
+class SweepOutcome:  # the driver's view of the current sweep, for Ctrl-C and the exit status
+    info: SweepInfo | None = None
     total: int = 0
     failed: list[str] = field(default_factory=list)
 
@@ -58,17 +58,13 @@ OUTCOME = SweepOutcome()
 
 def _tracking_target(config: DictConfig) -> tuple[str, str, str | None] | None:
     """(tracking uri, experiment name, artifact location) for the sweep, or None with tracking=none."""
-    from rlrun.tracking import default_tracking_uri
+    from rlrun.tracking import store_locations
 
     tr = config.get("tracking") or {}
     if tr.get("backend", "mlflow") != "mlflow":
         return None
-    launch = Path(config.hydra.runtime.cwd)
-    uri = tr.get("tracking_uri") or default_tracking_uri(launch)
+    uri, artifacts = store_locations(tr.get("tracking_uri"), tr.get("artifact_location"), config.hydra.runtime.cwd)
     name = tr.get("experiment_name") or config.hydra.runtime.choices.get("experiment") or "default"
-    artifacts = tr.get("artifact_location")
-    if not artifacts and uri.startswith("sqlite:///"):
-        artifacts = (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
     return uri, str(name), artifacts
 
 
@@ -125,7 +121,7 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     client.log_artifact(run_id, str(sweep_dir / "multirun.yaml"))
     info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()))
     (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(info), indent=2))
-    OUTCOME.parent_run_id = run_id
+    OUTCOME.info = info
     print(f"rlrun: sweep -> MLflow parent run {run_id} (experiment '{name}', {uri})", flush=True)
     return info
 
@@ -157,13 +153,7 @@ def finish_sweep(config: DictConfig) -> None:
 
 def end_interrupted_sweep() -> None:
     """Ctrl-C during a sweep: the parent run ends KILLED instead of staying RUNNING."""
-    if OUTCOME.parent_run_id is None:
-        return
-    info = None
-    for p in Path.cwd().glob(f"multirun/**/{SWEEP_FILE}"):
-        cand = json.loads(p.read_text())
-        if cand.get("parent_run_id") == OUTCOME.parent_run_id:
-            info = SweepInfo(**cand)
+    info = OUTCOME.info
     if info is not None:
         from mlflow.tracking import MlflowClient
 

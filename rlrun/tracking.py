@@ -32,6 +32,19 @@ def default_tracking_uri(launch_dir: str | Path) -> str:
     return f"sqlite:///{Path(launch_dir).resolve() / 'mlflow.db'}"
 
 
+def store_locations(tracking_uri: str | None, artifact_location: str | None,
+                    launch_dir: str | Path) -> tuple[str, str | None]:
+    """The tracking URI (default: the launch dir's SQLite file) and where a new experiment keeps its
+    artifacts (default for SQLite: ``mlartifacts`` beside the database)."""
+    uri = tracking_uri or default_tracking_uri(launch_dir)
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if not db.is_absolute():
+            raise TrackingError(f"tracking.tracking_uri: a SQLite path must be absolute, got {uri}")
+        artifact_location = artifact_location or (db.parent / "mlartifacts").as_uri()
+    return uri, artifact_location
+
+
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"algo": {"lr": 1}}`` -> ``{"algo.lr": 1}`` (lists stay values)."""
     out: dict[str, Any] = {}
@@ -136,15 +149,9 @@ class MlflowTracker(Tracker):
 
     def __init__(self, cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
                  resume_run_id: str | None = None) -> None:
-        self.uri = cfg.tracking_uri or default_tracking_uri(launch_dir)
+        self.uri, self.artifact_location = store_locations(cfg.tracking_uri, cfg.artifact_location, launch_dir)
         self.resume_run_id = resume_run_id
         self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
-        self.artifact_location: str | None = cfg.artifact_location
-        if self.uri.startswith("sqlite:///"):
-            db = Path(self.uri[len("sqlite:///"):])
-            if not db.is_absolute():
-                raise TrackingError(f"tracking.tracking_uri: a SQLite path must be absolute, got {self.uri}")
-            self.artifact_location = cfg.artifact_location or (db.parent / "mlartifacts").as_uri()
         self.experiment_name = cfg.experiment_name or experiment_name
         self.run_id: str | None = None
         self._pending: list[tuple[dict[str, float], int, int]] = []

@@ -3,10 +3,12 @@ on the parent; failed jobs recorded without sinking the sweep; Ray launcher; Opt
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -178,3 +180,21 @@ def test_ray_launcher_joins_an_existing_cluster(tmp_path):
     assert "Connecting to existing Ray cluster" in p.stderr + p.stdout
     _, children = _sweep_runs(_store(tmp_path))
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
+
+
+def test_ctrl_c_marks_the_running_job_and_the_parent_killed(tmp_path):
+    cmd = [sys.executable, "-m", "rlrun", "-m", "+experiment=ppo_pendulum", "seed=0,1", "progress=false"]
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("multirun/*/*/0/job.log")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(6)  # job 0 is training now (ppo_pendulum takes far longer than this to stop)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    client = _store(tmp_path)
+    exp = client.get_experiment_by_name("ppo_pendulum")
+    runs = {r.data.tags.get("rlrun.job_num", "parent"): r.info.status for r in client.search_runs([exp.experiment_id])}
+    assert runs == {"parent": "KILLED", "0": "KILLED"}, runs
