@@ -21,6 +21,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from rlrun.checkpoint import CheckpointError
 from rlrun.config import ConfigError, RunConfig, build_config
+from rlrun.policy import NonFiniteLossError
 from rlrun.registry import RegistryError, load_plugins, suggest
 from rlrun.tracking import TrackingError
 from rlrun.worker_set import RayConnectionError, WorkerFailure
@@ -78,7 +79,7 @@ def _main(cfg: DictConfig) -> float | None:
     except USER_ERRORS as e:
         print(f"rlrun: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except WorkerFailure as e:
+    except (WorkerFailure, NonFiniteLossError) as e:
         print(f"rlrun: error: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
@@ -123,7 +124,8 @@ def sweep_job(cfg: DictConfig) -> float:
             print(f"rlrun: {name}: {run_cfg.objective} = {value:g}", flush=True)
             return value
         except Exception as e:
-            msg = str(e) if isinstance(e, (*USER_ERRORS, WorkerFailure)) else f"{type(e).__name__}: {e}"
+            known = (*USER_ERRORS, WorkerFailure, NonFiniteLossError)
+            msg = str(e) if isinstance(e, known) else f"{type(e).__name__}: {e}"
             print(f"rlrun: {name}: failed: {msg}", file=sys.stderr, flush=True)
             if job is not None and not job.recorded:
                 try:

@@ -8,6 +8,7 @@ names to torch tensors (one minibatch). The optimizer step lives in one place: `
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ from rlrun.registry import DISTRIBUTIONS, MODELS
 TorchBatch = dict[str, torch.Tensor]
 # Batches that come through Ray's object store are read-only numpy views; learning only reads them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A loss came out NaN or infinite; the run stops instead of training on garbage."""
 
 
 class LossOutput(NamedTuple):
@@ -149,8 +154,14 @@ class Policy:
                     idx = perm[start : start + mb]
                     mbatch = {k: v[idx] for k, v in tb.items()}
                 out = type(self).loss_fn(self, self.model, self.dist_class, mbatch)
+                total = float(out.total.detach())
+                if not math.isfinite(total):  # stop before the step: the weights stay as they were
+                    raise NonFiniteLossError(
+                        f"loss/total is {total} at env step {self.global_timestep:,} (algo.lr {lr:g}); the policy was "
+                        "not updated. A smaller algo.lr or an algo.grad_clip usually helps"
+                    )
                 grad_norm = self.apply_gradients(out.total)
-                _accumulate(sums, "loss/total", out.total)
+                sums["loss/total"] = sums.get("loss/total", 0.0) + total
                 for k, v in out.terms.items():
                     _accumulate(sums, f"loss/{k}", v)
                 for k, v in out.stats.items():
