@@ -5,6 +5,7 @@ Tests and the CLI both call this; it takes a validated ``RunConfig`` or plain co
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -24,6 +25,7 @@ from rlrun.registry import ALGOS, load_plugins
 from rlrun.sweep import SweepJob
 from rlrun.tracking import (
     ProgressLine,
+    TrackingError,
     default_tracking_uri,
     git_sha,
     make_tracker,
@@ -132,7 +134,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         raise
     except BaseException as e:
         reason = f"failed: {type(e).__name__}: {e}"
-        tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
+        with contextlib.suppress(TrackingError):  # a broken tracker must not hide the real error
+            tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
         raise
     finally:
         progress.close(result or None, reason)
