@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,7 +95,31 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     sweep_dir = Path(config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if target is None:
+        start_ray_early(config)
         return None
+    made: list[SweepInfo | BaseException] = []
+
+    def make_parent() -> None:
+        try:
+            made.append(_create_parent(config, target, sweep_dir))
+        except BaseException as e:  # re-raised on the main thread
+            made.append(e)
+
+    setup = threading.Thread(target=make_parent)  # mlflow's import overlaps Ray's start-up
+    setup.start()
+    try:
+        start_ray_early(config)
+    finally:
+        setup.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    info = OUTCOME.info = made[0]
+    print(f"rlrun: sweep -> MLflow parent run {info.parent_run_id} (experiment '{info.experiment_name}', "
+          f"{info.tracking_uri})", flush=True)
+    return info
+
+
+def _create_parent(config: DictConfig, target: tuple[str, str, str | None], sweep_dir: Path) -> SweepInfo:
     uri, name, artifacts = target
     from mlflow.tracking import MlflowClient
 
@@ -121,9 +146,37 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     client.log_artifact(run_id, str(sweep_dir / "multirun.yaml"))
     info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()))
     (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(info), indent=2))
-    OUTCOME.info = info
-    print(f"rlrun: sweep -> MLflow parent run {run_id} (experiment '{name}', {uri})", flush=True)
     return info
+
+
+def start_ray_early(config: DictConfig) -> None:
+    """With ``hydra/launcher=ray``: start Ray now, with the launcher's own ``ray.init`` settings (the
+    launcher then finds it running), and warm one Ray worker per job slot (imports, MLflow writer)
+    while the driver is still setting up; otherwise each of those waits for the one before."""
+    launcher = config.hydra.launcher
+    if "hydra_ray_launcher" not in str(launcher.get("_target_", "")):
+        return
+    import ray
+
+    if ray.is_initialized():
+        return
+    init: Any = OmegaConf.to_container(launcher.ray.init, resolve=True)
+    init.setdefault("object_store_memory", 78643200)  # what the launcher itself would pass (75 MiB)
+    ray.init(**init)
+    cpus = float(launcher.ray.get("remote", {}).get("num_cpus", 1) or 1)
+    slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+    warm = ray.remote(num_cpus=cpus)(warm_worker)
+    for _ in range(slots):
+        warm.remote()  # not waited for
+
+
+def warm_worker() -> None:
+    """In a Ray worker: import what a job needs and start its MLflow writer (it imports mlflow meanwhile)."""
+    import rlrun.cli
+    import rlrun.run  # noqa: F401
+    from rlrun.tracking import _IDLE_WRITERS, _take_writer
+
+    _IDLE_WRITERS.append(_take_writer())
 
 
 def finish_sweep(config: DictConfig) -> None:
