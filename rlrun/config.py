@@ -4,22 +4,19 @@ Hydra composes YAML into a DictConfig; ``cli.py`` resolves it to plain data and 
 ``build_config``, which returns a ``RunConfig`` of dataclasses or raises ``ConfigError`` with one
 message naming the key and the offending value. The algo, loss and model sections are checked
 against the schema that their *registry entry* declares, so a plugin's algo or loss brings its own
-schema and gets the same checks as the built-in ones.
+schema and gets the same checks as the built-in ones. The generic key/type checking lives in schema.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError, suggest
-
-
-class ConfigError(ValueError):
-    """Invalid configuration; ``str()`` is the complete message shown to the user."""
+from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
+from rlrun.schema import from_dict as from_dict
+from rlrun.schema import show
+from rlrun.schema import to_dict as to_dict
 
 
 # --------------------------------------------------------------------------- schemas
@@ -131,90 +128,11 @@ class RunConfig:
     objective: str = "rollout/episode_return_mean"  # a sweep job's return value (a metric, or steps_to_target)
 
 
-# --------------------------------------------------------------------------- conversion
-def from_dict(cls: type, data: Any, path: str) -> Any:
-    """Build dataclass ``cls`` from plain ``data``, checking keys and types; ``path`` names it."""
-    if dataclasses.is_dataclass(data):
-        return data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of options, got {_show(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    for key in data:
-        if key not in fields:
-            raise ConfigError(
-                f"{_join(path, key)}: unknown key{suggest(str(key), list(fields))}. "
-                f"Valid keys{' for ' + path if path else ''}: {', '.join(fields)}"
-            )
-    kwargs = {k: _check(hints[k], v, _join(path, k)) for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def _join(path: str, key: object) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _show(v: Any) -> str:
-    return f"{v!r} ({type(v).__name__})"
-
-
-def _check(tp: Any, v: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return v
-    if origin in (Union, types.UnionType):
-        if v is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _check(a, v, path)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {_show(v)} matches none of {tp}")
-    if origin is Literal:
-        if v not in args:
-            raise ConfigError(
-                f"{path}: {v!r} is not one of {', '.join(map(repr, args))}{suggest(str(v), list(map(str, args)))}"
-            )
-        return v
-    if origin is list:
-        if not isinstance(v, list | tuple):
-            raise ConfigError(f"{path}: expected a list, got {_show(v)}")
-        return [_check(args[0], x, f"{path}[{i}]") for i, x in enumerate(v)]
-    if origin is dict:
-        if not isinstance(v, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {_show(v)}")
-        return {str(k): _check(args[1], x, _join(path, k)) for k, x in v.items()}
-    if tp is bool:
-        if not isinstance(v, bool):
-            raise ConfigError(f"{path}: expected true or false, got {_show(v)}")
-        return v
-    if tp is int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{path}: expected an integer, got {_show(v)}")
-        return v
-    if tp is float:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ConfigError(f"{path}: expected a number, got {_show(v)}")
-        return float(v)
-    if tp is str:
-        if not isinstance(v, str):
-            raise ConfigError(f"{path}: expected a string, got {_show(v)}")
-        return v
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return from_dict(tp, v, path)
-    raise TypeError(f"schema type {tp} at {path} is not supported by rlrun.config")
-
-
 # --------------------------------------------------------------------------- build + cross checks
 def _schema(registry: Any, section: dict[str, Any], key: str, default_cls: type) -> type:
     name = section.get("name")
     if not isinstance(name, str):
-        raise ConfigError(f"{key}.name: expected a registered {registry.kind} name, got {_show(name)}")
+        raise ConfigError(f"{key}.name: expected a registered {registry.kind} name, got {show(name)}")
     try:
         cls = registry.entry(name, f"{key}.name").config_cls
     except RegistryError as e:
@@ -237,7 +155,7 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
         if section is None:
             section = {"name": base().name}
         if not isinstance(section, dict):
-            raise ConfigError(f"{key}: expected a mapping with a 'name', got {_show(section)}")
+            raise ConfigError(f"{key}: expected a mapping with a 'name', got {show(section)}")
         sections[key] = from_dict(_schema(registry, section, key, base), section, key)
     if "stop" in raw:
         raw["stop"] = normalize_stop(raw["stop"])
@@ -262,7 +180,7 @@ def normalize_stop(stop: Any) -> dict[str, float]:
             elif v is None:
                 continue  # `stop.timesteps_total=null` removes a criterion
             elif isinstance(v, bool) or not isinstance(v, int | float):
-                raise ConfigError(f"stop.{name}: expected a number, got {_show(v)}")
+                raise ConfigError(f"stop.{name}: expected a number, got {show(v)}")
             elif name in out and out[name] != v:
                 raise ConfigError(
                     f"stop.{name}: given twice with different values ({out[name]:g} and {v:g}); to change a "
@@ -272,7 +190,7 @@ def normalize_stop(stop: Any) -> dict[str, float]:
                 out[name] = float(v)
 
     if not isinstance(stop, dict):
-        raise ConfigError(f"stop: expected a mapping of criteria, got {_show(stop)}")
+        raise ConfigError(f"stop: expected a mapping of criteria, got {show(stop)}")
     walk("", stop)
     return out
 
@@ -407,8 +325,3 @@ def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int, workers: int) ->
                 f"{other_key} x max(num_workers, 1) = {other} x {workers} = {per}"
             )
         setattr(r, key, train_batch_size // per)
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """A RunConfig (or any config dataclass) as plain nested data, for logging and checkpoints."""
-    return dataclasses.asdict(cfg)

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.checkpoint import CheckpointError, resolve_resume
-from rlrun.config import ConfigError, from_dict
+from rlrun.schema import ConfigError, from_dict
 from rlrun.registry import ENVS, RegistryError
 
 USAGE = __doc__.split("\n\n")[1] if __doc__ else ""
