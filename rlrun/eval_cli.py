@@ -23,8 +23,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.checkpoint import CheckpointError, resolve_resume
-from rlrun.schema import ConfigError, from_dict
 from rlrun.registry import ENVS, RegistryError
+from rlrun.schema import ConfigError, from_dict
 
 USAGE = __doc__.split("\n\n")[1] if __doc__ else ""
 
