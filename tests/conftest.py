@@ -2,6 +2,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,22 @@ def isolated(argv):
     if shutil.which("unshare") and shutil.which("ip"):
         return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
     return list(argv)
+
+
+def on_ray_cluster(command, port):
+    """argv: start a 2-CPU Ray head on ``port``, run the shell ``command`` against it, stop the head
+    and exit with the command's status (90: the head did not start). In a loopback-only namespace."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    script = textwrap.dedent(f"""
+        set -u
+        ray start --head --port={port} --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
+            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
+        {command}
+        rc=$?
+        ray stop --force >/dev/null 2>&1
+        exit $rc
+    """)
+    return isolated(["bash", "-c", script])
 
 
 def rlrun_cmd(*args):

@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 
 import pytest
@@ -15,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from rlrun.report import setting_of
 
-from .conftest import REPO, isolated, run_cli
+from .conftest import REPO, isolated, on_ray_cluster, run_cli
 
 SUMMARY = {"multirun.yaml", "sweep_summary.csv", "sweep_summary.md", "sweep_returns.png"}
 
@@ -162,19 +160,10 @@ def test_ray_launcher_jobs_fail_clearly_when_actors_cannot_get_cpus(tmp_path):
 @pytest.mark.ray
 def test_ray_launcher_joins_an_existing_cluster(tmp_path):
     # the plugin's fixed 75 MiB object store would make ray.init(address=auto) fail; our config drops it
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
-    script = textwrap.dedent(f"""
-        set -u
-        ray start --head --port=6392 --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
-            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
-        {sys.executable} -m rlrun -m hydra/launcher=ray hydra.launcher.ray.init.address=auto \\
-            '~hydra.launcher.ray.init._node_ip_address' +experiment=ppo_cartpole seed=0,1 \\
-            stop.timesteps_total=2000 progress=false
-        rc=$?
-        ray stop --force >/dev/null 2>&1
-        exit $rc
-    """)
-    p = subprocess.run(isolated(["bash", "-c", script]), cwd=tmp_path, capture_output=True, text=True,
+    command = (f"{sys.executable} -m rlrun -m hydra/launcher=ray hydra.launcher.ray.init.address=auto "
+               "'~hydra.launcher.ray.init._node_ip_address' +experiment=ppo_cartpole seed=0,1 "
+               "stop.timesteps_total=2000 progress=false")
+    p = subprocess.run(on_ray_cluster(command, 6392), cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     assert "Connecting to existing Ray cluster" in p.stderr + p.stdout

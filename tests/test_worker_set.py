@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -13,7 +12,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, isolated, rlrun_cmd
+from tests.conftest import REPO, isolated, on_ray_cluster, rlrun_cmd
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -110,18 +109,9 @@ def _cmdline(p):
 
 @pytest.mark.ray
 def test_job_joins_an_existing_cluster_with_address_auto(tmp_path):
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
-    script = textwrap.dedent(f"""
-        set -u
-        ray start --head --port=6390 --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
-            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
-        {sys.executable} -m rlrun +experiment=ppo_cartpole rollout=ray rollout.num_workers=2 \\
-            rollout.ray.address=auto stop.training_iteration=3
-        rc=$?
-        ray stop --force >/dev/null 2>&1
-        exit $rc
-    """)
-    p = subprocess.run(isolated(["bash", "-c", script]), cwd=tmp_path, capture_output=True, text=True,
+    command = (f"{sys.executable} -m rlrun +experiment=ppo_cartpole rollout=ray rollout.num_workers=2 "
+               "rollout.ray.address=auto stop.training_iteration=3")
+    p = subprocess.run(on_ray_cluster(command, 6390), cwd=tmp_path, capture_output=True, text=True,
                        env=ENV, timeout=600)
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     _, run = _mlflow_run(tmp_path)
