@@ -14,14 +14,12 @@ from typing import Any, NamedTuple
 import torch
 import yaml
 
+from rlrun.errors import CheckpointError  # re-exported
+
 FORMAT_VERSION = 1
 TENSORS_FILE = "policy.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.yaml"
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 class Checkpoint(NamedTuple):

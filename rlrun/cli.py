@@ -19,12 +19,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from rlrun.checkpoint import CheckpointError
 from rlrun.config import ConfigError, RunConfig, build_config
-from rlrun.policy import NonFiniteLossError
+from rlrun.errors import CheckpointError, NonFiniteLossError, RayConnectionError, WorkerFailure
 from rlrun.registry import RegistryError, load_plugins, suggest
 from rlrun.tracking import TrackingError
-from rlrun.worker_set import RayConnectionError, WorkerFailure
 
 USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError)
 
@@ -103,6 +101,10 @@ def sweep_job(cfg: DictConfig) -> float:
     overrides = list(hc.overrides.task)
     name = f"job {hc.job.num}: {' '.join(overrides)}"[:250]
     info = read_sweep_info(hc.sweep.dir)
+    if info is not None:
+        from rlrun.tracking import use_shared_writer
+
+        use_shared_writer(info.writer_address)
     log_path = out_dir / "job.log"
     job = None
     if info is not None:
@@ -162,6 +164,33 @@ def check_group_choices(argv: list[str]) -> str | None:
 
 
 def main() -> None:
+    """The ``rlrun`` command. Ends the process itself once everything is written: exit handlers
+    (Ray's shutdown, logging) run, the interpreter's teardown is skipped - with Ray's C++ core worker,
+    torch and mlflow loaded it takes ~2 s and writes nothing of ours."""
+    code: int | str | None
+    try:
+        code = _cli()
+    except SystemExit as e:
+        code = e.code
+    if isinstance(code, str):  # sys.exit("message")
+        print(code, file=sys.stderr)
+        code = 1
+    exit_now(int(code or 0))
+
+
+def exit_now(code: int) -> None:
+    import atexit
+    import os
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _cli() -> int:
     import warnings
 
     from rlrun.sweep import OUTCOME, end_interrupted_sweep
@@ -172,19 +201,20 @@ def main() -> None:
     problem = check_group_choices(sys.argv[1:])
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     try:
         _main()
     except KeyboardInterrupt:  # Ctrl-C during a sweep (a single run exits 130 inside _main)
         end_interrupted_sweep()
         print("rlrun: sweep interrupted; the running job's run and the sweep's parent run are marked KILLED",
               file=sys.stderr)
-        sys.exit(130)
+        return 130
     if OUTCOME.failed:
         print(f"rlrun: {len(OUTCOME.failed)} of {OUTCOME.total} jobs failed: {', '.join(OUTCOME.failed)}",
               file=sys.stderr)
         if len(OUTCOME.failed) == OUTCOME.total:
-            sys.exit(1)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":

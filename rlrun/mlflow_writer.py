@@ -35,16 +35,89 @@ def run(fd: int) -> None:
 
 
 def main(fd: int) -> None:
-    """The tracking child: one MLflow run after another (a sweep's jobs in one process reuse it),
-    each run's jobs in order; a reader thread keeps the socket drained meanwhile."""
+    """The tracking child of one trainer process: its MLflow runs one after another (a sweep's jobs
+    in one process reuse it)."""
+    _quiet()
+    _serve(Connection(fd), _Shared())
+
+
+def serve(address: str) -> None:
+    """Entry point of a sweep's shared writer: one thread per trainer that connects to the Unix
+    socket ``address`` (a job in the driver or in a Ray worker on this machine), each serving that
+    trainer's runs as ``main`` does. Stdin is the sweep driver's lifeline: once it closes (sweep over,
+    or driver gone), no new trainers are taken, and the process exits when no run is open."""
+    import os
+    import threading
+    import time
+    from multiprocessing.connection import Listener
+
+    try:
+        _quiet()
+        shared = _Shared()
+        listener = Listener(address, family="AF_UNIX")
+        print(address, flush=True)  # ready: the driver waits for this line
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn = listener.accept()
+                except OSError:
+                    return
+                threading.Thread(target=_serve, args=(conn, shared), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        import mlflow.tracking  # noqa: F401  # now, while the sweep sets up, not in the first job
+
+        sys.stdin.read()  # until the driver closes it
+        deadline = time.monotonic() + 600
+        while shared.open_runs and time.monotonic() < deadline:
+            time.sleep(0.1)
+        listener.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(address)
+            os.rmdir(os.path.dirname(address))
+        os._exit(0)
+
+
+class _Shared:
+    """What the trainers served by one writer process share."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.clients: dict[str, Any] = {}  # one MlflowClient per tracking URI
+        self.warmed: set[str] = set()
+        self.lock = threading.Lock()  # matplotlib and mlflow's fluent model API are not thread-safe
+        self.books = threading.Lock()  # for the two fields above and below
+        self.open_runs = 0
+
+    def client(self, uri: str) -> Any:
+        from mlflow.tracking import MlflowClient
+
+        with self.books:
+            return self.clients.get(uri) or self.clients.setdefault(uri, MlflowClient(tracking_uri=uri))
+
+    def count_run(self, delta: int) -> None:
+        with self.books:
+            self.open_runs += delta
+
+
+def _quiet() -> None:
     import logging
     import signal
-    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; we finish writing
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    conn = Connection(fd)
+
+
+def _serve(conn: Connection, shared: _Shared) -> None:
+    """One trainer's runs, each run's jobs in order; a reader thread keeps the socket drained meanwhile."""
+    import threading
+
     jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
 
     def reader() -> None:
@@ -60,10 +133,6 @@ def main(fd: int) -> None:
         with contextlib.suppress(OSError):
             conn.send(msg)
 
-    from mlflow.tracking import MlflowClient
-
-    clients: dict[str, Any] = {}
-    warmed: set[str] = set()
     while True:
         job = jobs.get()
         if job[0] == "eof":
@@ -71,28 +140,31 @@ def main(fd: int) -> None:
         if job[0] != "init":
             reply(("error", f"expected 'init', got '{job[0]}'"))
             continue
-        uri = job[1]
-        client = clients.get(uri) or clients.setdefault(uri, MlflowClient(tracking_uri=uri))
-        if not _one_run(job, jobs, reply, client, warmed):
-            return
+        shared.count_run(+1)
+        try:
+            if not _one_run(job, jobs, reply, shared.client(job[1]), shared):
+                return
+        finally:
+            shared.count_run(-1)
 
 
 def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: Any, client: Any,
-             warmed: set[str]) -> bool:
+             shared: _Shared) -> bool:
     """Serve one run's jobs until "end" (True: ready for the next run) or the trainer's EOF (False)."""
     from mlflow.entities import Metric, Param
 
     _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = init
 
     def warm_up() -> None:
-        if "plot" not in warmed:
-            _warm_up_plotting()
-            warmed.add("plot")
-        if log_model and "model" not in warmed:
-            from rlrun.export import warm_up as warm_up_model
+        with shared.lock:
+            if "plot" not in shared.warmed:
+                _warm_up_plotting()
+                shared.warmed.add("plot")
+            if log_model and "model" not in shared.warmed:
+                from rlrun.export import warm_up as warm_up_model
 
-            warm_up_model()
-            warmed.add("model")
+                warm_up_model()
+                shared.warmed.add("model")
 
     run_id = None
     while True:
@@ -138,14 +210,16 @@ def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: A
                 try:
                     from rlrun.export import log_policy_model
 
-                    log_policy_model(uri, run_id, job[1], job[2])
+                    with shared.lock:
+                        log_policy_model(uri, run_id, job[1], job[2])
                 except Exception as e:
                     msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:5000]
                     client.set_tag(run_id, "rlrun.model_error", msg)
                     print(f"rlrun: warning: the final policy was not logged as an MLflow model: {msg}",
                           file=sys.stderr, flush=True)
             elif kind == "curve":
-                _log_curve(client, run_id, job[1], job[2], job[3])
+                with shared.lock:
+                    _log_curve(client, run_id, job[1], job[2], job[3])
             elif kind == "tags":
                 for k, v in job[1].items():
                     client.set_tag(run_id, k, v)

@@ -22,6 +22,7 @@ from torch import nn
 from rlrun.batch import SampleBatch
 from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
+from rlrun.errors import NonFiniteLossError  # re-exported
 from rlrun.optim import Adam
 from rlrun.postprocessing import explained_variance
 from rlrun.registry import DISTRIBUTIONS, MODELS
@@ -29,10 +30,6 @@ from rlrun.registry import DISTRIBUTIONS, MODELS
 TorchBatch = dict[str, torch.Tensor]
 # Batches that come through Ray's object store are read-only numpy views; learning only reads them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-
-
-class NonFiniteLossError(FloatingPointError):
-    """A loss came out NaN or infinite; the run stops instead of training on garbage."""
 
 
 class LossOutput(NamedTuple):

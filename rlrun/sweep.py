@@ -35,6 +35,7 @@ class SweepInfo:
     experiment_name: str
     launch_dir: str
     sweep_dir: str
+    writer_address: str | None = None  # Unix socket of the sweep's shared MLflow writer (same machine)
 
 
 @dataclass
@@ -52,6 +53,17 @@ class SweepOutcome:  # the driver's view of the current sweep, for Ctrl-C and th
     info: SweepInfo | None = None
     total: int = 0
     failed: list[str] = field(default_factory=list)
+    writer: Any = None  # the shared MLflow writer process
+
+
+def _stop_shared_writer() -> None:
+    """The jobs are over: the shared writer finishes what it was sent, then exits."""
+    from rlrun.tracking import use_shared_writer
+
+    use_shared_writer(None)
+    if OUTCOME.writer is not None and OUTCOME.writer.stdin is not None:
+        OUTCOME.writer.stdin.close()
+        OUTCOME.writer = None
 
 
 OUTCOME = SweepOutcome()
@@ -95,20 +107,26 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     sweep_dir = Path(config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if target is None:
-        start_ray_early(config)
+        start_ray_early(config, None)
         return None
+    from rlrun.tracking import start_shared_writer, use_shared_writer
+
+    # one MLflow writer process for every job on this machine (not one per Ray worker): it imports
+    # mlflow while the parent run is created and Ray starts
+    OUTCOME.writer, address = start_shared_writer()
+    use_shared_writer(address)  # jobs in this process (basic launcher)
     made: list[SweepInfo | BaseException] = []
 
     def make_parent() -> None:
         try:
-            made.append(_create_parent(config, target, sweep_dir))
+            made.append(_create_parent(config, target, sweep_dir, address))
         except BaseException as e:  # re-raised on the main thread
             made.append(e)
 
     setup = threading.Thread(target=make_parent)  # mlflow's import overlaps Ray's start-up
     setup.start()
     try:
-        start_ray_early(config)
+        start_ray_early(config, address)
     finally:
         setup.join()
     if isinstance(made[0], BaseException):
@@ -119,7 +137,8 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     return info
 
 
-def _create_parent(config: DictConfig, target: tuple[str, str, str | None], sweep_dir: Path) -> SweepInfo:
+def _create_parent(config: DictConfig, target: tuple[str, str, str | None], sweep_dir: Path,
+                   writer_address: str | None) -> SweepInfo:
     uri, name, artifacts = target
     from mlflow.tracking import MlflowClient
 
@@ -144,15 +163,15 @@ def _create_parent(config: DictConfig, target: tuple[str, str, str | None], swee
         client.log_batch(run_id, params=params[:100])
     (sweep_dir / "multirun.yaml").write_text(OmegaConf.to_yaml(config))  # Hydra rewrites it identically
     client.log_artifact(run_id, str(sweep_dir / "multirun.yaml"))
-    info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()))
+    info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()), writer_address)
     (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(info), indent=2))
     return info
 
 
-def start_ray_early(config: DictConfig) -> None:
+def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
     """With ``hydra/launcher=ray``: start Ray now, with the launcher's own ``ray.init`` settings (the
-    launcher then finds it running), and warm one Ray worker per job slot (imports, MLflow writer)
-    while the driver is still setting up; otherwise each of those waits for the one before."""
+    launcher then finds it running), and warm one Ray worker per job slot (imports, connection to the
+    shared MLflow writer) while the driver is still setting up; otherwise each waits for the one before."""
     launcher = config.hydra.launcher
     if "hydra_ray_launcher" not in str(launcher.get("_target_", "")):
         return
@@ -167,19 +186,21 @@ def start_ray_early(config: DictConfig) -> None:
     slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
     warm = ray.remote(num_cpus=cpus)(warm_worker)
     for _ in range(slots):
-        warm.remote()  # not waited for
+        warm.remote(writer_address)  # not waited for
 
 
-def warm_worker() -> None:
-    """In a Ray worker: import what a job needs and start its MLflow writer (it imports mlflow meanwhile)."""
+def warm_worker(writer_address: str | None) -> None:
+    """In a Ray worker: import what a job needs and connect to the MLflow writer."""
     import rlrun.cli
     import rlrun.run  # noqa: F401
-    from rlrun.tracking import _IDLE_WRITERS, _take_writer
+    from rlrun.tracking import _IDLE_WRITERS, _take_writer, use_shared_writer
 
+    use_shared_writer(writer_address)
     _IDLE_WRITERS.append(_take_writer())
 
 
 def finish_sweep(config: DictConfig) -> None:
+    _stop_shared_writer()
     sweep_dir = Path(config.hydra.sweep.dir)
     info = read_sweep_info(sweep_dir)
     if info is None:
@@ -206,6 +227,7 @@ def finish_sweep(config: DictConfig) -> None:
 
 def end_interrupted_sweep() -> None:
     """Ctrl-C during a sweep: the parent run ends KILLED instead of staying RUNNING."""
+    _stop_shared_writer()
     info = OUTCOME.info
     if info is not None:
         from mlflow.tracking import MlflowClient

@@ -158,7 +158,8 @@ class MlflowTracker(Tracker):
         self._uploaded: set[str] = set()
         self._last_flush = 0.0
         self._ended = False
-        self._proc, self._conn = _take_writer()
+        self._writer = _take_writer()
+        self._conn = self._writer.conn
         self._send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
                     resume_run_id, cfg.log_model))
 
@@ -222,7 +223,7 @@ class MlflowTracker(Tracker):
         except (EOFError, OSError):
             if not self._ended:
                 raise TrackingError(
-                    f"MLflow tracking process exited unexpectedly (code {self._proc.poll()}, {self.uri})"
+                    f"MLflow tracking process exited unexpectedly ({self._writer.exit_status()}, {self.uri})"
                 ) from None
         return kinds
 
@@ -257,36 +258,77 @@ class MlflowTracker(Tracker):
                         break
                 except TrackingError as e:
                     error = error or e
-                    if self._proc.poll() is not None:
+                    if not self._writer.alive():
                         break
         except TrackingError as e:
             error = e
         finally:
             self._ended = True
-            if error is None and self._proc.poll() is None:
-                _IDLE_WRITERS.append((self._proc, self._conn))  # the next run in this process reuses it
+            if error is None and self._writer.alive():
+                _IDLE_WRITERS.append(self._writer)  # the next run in this process reuses it
             else:
-                self._conn.close()
-                try:
-                    self._proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
+                self._writer.close()
         if error is not None:
             raise error
 
 
-# Writer processes whose run has ended, waiting for this process's next run (a sweep's next job).
-# When this process exits, their sockets close and they exit too.
-_IDLE_WRITERS: list[tuple[subprocess.Popen[bytes], Connection]] = []
+class Writer:
+    """This process's line to an MLflow writer: its own child process (``proc``), or a connection to
+    the sweep's shared writer process (``proc`` None; see ``use_shared_writer``)."""
+
+    def __init__(self, conn: Connection, proc: subprocess.Popen[bytes] | None = None, address: str = "") -> None:
+        self.conn, self.proc, self.address = conn, proc, address
+
+    def alive(self) -> bool:
+        if self.conn.closed:
+            return False
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:  # between runs the shared writer sends nothing: readable means it has gone
+            return not self.conn.poll(0)
+        except OSError:
+            return False
+
+    def exit_status(self) -> str:
+        return "shared writer" if self.proc is None else f"code {self.proc.poll()}"
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
-def _take_writer() -> tuple[subprocess.Popen[bytes], Connection]:
-    """An idle MLflow writer process (mlflow already imported), else a new one."""
+# Writers whose run has ended, waiting for this process's next run (a sweep's next job). When this
+# process exits, their sockets close: a child writer exits, the shared writer drops the connection.
+_IDLE_WRITERS: list[Writer] = []
+_SHARED_WRITER: list[str] = []  # the Unix socket of this sweep's shared writer, if any
+
+
+def use_shared_writer(address: str | None) -> None:
+    """Runs in this process write through the writer process listening at ``address`` (a sweep's,
+    started by its driver: one mlflow import and warm-up for all jobs on this machine) when it can be
+    reached; otherwise, or with None, through a child process of their own."""
+    _SHARED_WRITER[:] = [address] if address else []
+
+
+def _take_writer() -> Writer:
+    """An idle writer (mlflow already imported), else the sweep's shared writer, else a new child."""
+    shared = _SHARED_WRITER[0] if _SHARED_WRITER else ""
     while _IDLE_WRITERS:
-        proc, conn = _IDLE_WRITERS.pop()
-        if proc.poll() is None and not conn.closed:
-            return proc, conn
-        conn.close()
+        w = _IDLE_WRITERS.pop()
+        if w.alive() and w.address == shared:
+            return w
+        w.close()
+    if shared and os.path.exists(shared):
+        from multiprocessing.connection import Client
+
+        try:
+            return Writer(Client(shared, family="AF_UNIX"), address=shared)
+        except OSError:
+            pass  # gone (sweep over) or not ours to reach: a child of our own
     ours, theirs = socket.socketpair()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
@@ -295,7 +337,25 @@ def _take_writer() -> tuple[subprocess.Popen[bytes], Connection]:
         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
     )
     theirs.close()
-    return proc, Connection(ours.detach())
+    return Writer(Connection(ours.detach()), proc)
+
+
+def start_shared_writer() -> tuple[subprocess.Popen[str], str]:
+    """Start a sweep's shared writer process; returns it and its socket address once it listens.
+    Closing its stdin ends it (after the runs it is writing)."""
+    import tempfile
+
+    address = os.path.join(tempfile.mkdtemp(prefix="rlrun-"), "writer.sock")  # short: AF_UNIX paths < 108 bytes
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import serve; serve(sys.argv[1])", address],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != address:  # it listens (before importing mlflow): ~0.1 s
+        proc.kill()
+        raise TrackingError(f"the sweep's MLflow writer did not start (exit code {proc.wait()})")
+    return proc, address
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,

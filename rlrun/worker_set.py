@@ -20,19 +20,12 @@ import gymnasium as gym
 
 from rlrun.batch import SampleBatch
 from rlrun.config import RayConfig, RunConfig
+from rlrun.errors import RayConnectionError, WorkerFailure  # re-exported
 from rlrun.policy import Policy
 from rlrun.workers import EpisodeStats, RolloutWorker, WorkerSpec
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
-
-
-class WorkerFailure(RuntimeError):
-    """Remote workers kept dying past ``rollout.max_worker_restarts``."""
-
-
-class RayConnectionError(RuntimeError):
-    """``rollout.ray.address`` names no reachable Ray cluster."""
 
 
 def init_ray(rc: RayConfig) -> bool:
