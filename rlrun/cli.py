@@ -183,6 +183,10 @@ def exit_now(code: int) -> None:
     import os
 
     try:
+        if "ray" in sys.modules:  # a sweep's Ray instance: stopped now, without Ray's exit-time pause
+            from rlrun.ray_instance import shutdown_ray
+
+            shutdown_ray()
         atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()

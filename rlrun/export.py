@@ -88,15 +88,18 @@ def example_observations(obs_space: gym.Space, n: int = 4, seed: int = 0) -> np.
 
 
 def warm_up() -> None:
-    """Do ahead of time what makes the first ``log_policy_model`` slow (~2 s here): import
-    mlflow.pytorch and build MLflow's package map (it checks the model's pip requirements)."""
+    """Do ahead of time what makes the first ``log_policy_model`` slow (~2.5 s here): import
+    mlflow.pytorch, build MLflow's package map (it checks the model's pip requirements) and resolve
+    its run-context tags once (its notebook check imports IPython when installed)."""
     import mlflow.pytorch  # noqa: F401
     from mlflow.models import infer_signature  # noqa: F401
 
-    try:  # private helper, cached by MLflow; a later MLflow without it only loses the head start
+    try:  # private or semi-private helpers; a later MLflow without them only loses the head start
+        from mlflow.tracking.context.registry import resolve_tags
         from mlflow.utils.requirements_utils import _init_packages_to_modules_map
 
         _init_packages_to_modules_map()
+        resolve_tags()
     except (ImportError, AttributeError):
         pass
 
@@ -120,7 +123,10 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path,
     example = example_observations(loaded.obs_space)
     with torch.no_grad():
         out = actor(torch.as_tensor(example)).numpy()
-        scripted = torch.jit.trace(actor, torch.as_tensor(example))
+        # our own check of the trace: torch's (check_trace) imports torch.testing, ~0.9 s the first time
+        scripted = torch.jit.trace(actor, torch.as_tensor(example), check_trace=False)
+        if not np.allclose(scripted(torch.as_tensor(example)).numpy(), out):
+            raise RuntimeError("the TorchScript trace of the greedy policy does not reproduce its actions")
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
     logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # its pickle warning; ours is TorchScript

@@ -56,6 +56,7 @@ def serve(address: str) -> None:
         shared = _Shared()
         listener = Listener(address, family="AF_UNIX")
         print(address, flush=True)  # ready: the driver waits for this line
+        os.dup2(2, 1)  # anything printed later goes where the driver's errors go, not into a pipe no one reads
 
         def accept() -> None:
             while True:
@@ -66,7 +67,7 @@ def serve(address: str) -> None:
                 threading.Thread(target=_serve, args=(conn, shared), daemon=True).start()
 
         threading.Thread(target=accept, daemon=True).start()
-        import mlflow.tracking  # noqa: F401  # now, while the sweep sets up, not in the first job
+        threading.Thread(target=_warm_up_all, args=(shared,), daemon=True).start()
 
         sys.stdin.read()  # until the driver closes it
         deadline = time.monotonic() + 600
@@ -90,19 +91,51 @@ class _Shared:
 
         self.clients: dict[str, Any] = {}  # one MlflowClient per tracking URI
         self.warmed: set[str] = set()
-        self.lock = threading.Lock()  # matplotlib and mlflow's fluent model API are not thread-safe
-        self.books = threading.Lock()  # for the two fields above and below
+        # One job at a time does MLflow work (or imports) in this process: two threads importing
+        # mlflow's circular modules at once can see a half-initialised module; matplotlib and mlflow's
+        # fluent model API are not thread-safe either. SQLite serialises the writes anyway.
+        self.lock = threading.RLock()
+        self.books = threading.Lock()  # for open_runs
         self.open_runs = 0
 
     def client(self, uri: str) -> Any:
-        from mlflow.tracking import MlflowClient
+        with self.lock:
+            from mlflow.tracking import MlflowClient
 
-        with self.books:
             return self.clients.get(uri) or self.clients.setdefault(uri, MlflowClient(tracking_uri=uri))
 
     def count_run(self, delta: int) -> None:
         with self.books:
             self.open_runs += delta
+
+
+def _warm_up_all(shared: _Shared) -> None:
+    """A sweep's writer: import and warm up now, while the sweep sets up, not in its first jobs (mlflow
+    first: the driver's parent run waits for it)."""
+    with shared.lock:
+        import mlflow.tracking  # noqa: F401
+
+        import rlrun.sweep  # noqa: F401  # the driver's calls
+    with shared.lock:
+        if "plot" not in shared.warmed:
+            _warm_up_plotting()
+            shared.warmed.add("plot")
+    with shared.lock:
+        if "model" not in shared.warmed:
+            from rlrun.export import warm_up as warm_up_model
+
+            warm_up_model()
+            shared.warmed.add("model")
+
+
+def _call(name: str, kwargs: dict[str, Any], shared: _Shared) -> tuple[str, Any]:
+    try:
+        with shared.lock:
+            from rlrun.sweep import WRITER_CALLS
+
+            return ("result", WRITER_CALLS[name](**kwargs))
+    except Exception as e:
+        return ("error", f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
 def _quiet() -> None:
@@ -133,10 +166,22 @@ def _serve(conn: Connection, shared: _Shared) -> None:
         with contextlib.suppress(OSError):
             conn.send(msg)
 
+    try:
+        _serve_jobs(jobs, reply, shared)
+    except Exception as e:  # a bug here must not leave the trainer waiting for replies that never come
+        reply(("error", f"MLflow writer: {type(e).__name__}: {e}"))
+        conn.close()
+        raise
+
+
+def _serve_jobs(jobs: queue.Queue[tuple[Any, ...]], reply: Any, shared: _Shared) -> None:
     while True:
         job = jobs.get()
         if job[0] == "eof":
             return
+        if job[0] == "call":  # the sweep driver's MLflow work (rlrun.sweep.WRITER_CALLS)
+            reply(_call(job[1], job[2], shared))
+            continue
         if job[0] != "init":
             reply(("error", f"expected 'init', got '{job[0]}'"))
             continue
@@ -151,7 +196,8 @@ def _serve(conn: Connection, shared: _Shared) -> None:
 def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: Any, client: Any,
              shared: _Shared) -> bool:
     """Serve one run's jobs until "end" (True: ready for the next run) or the trainer's EOF (False)."""
-    from mlflow.entities import Metric, Param
+    with shared.lock:
+        from mlflow.entities import Metric, Param
 
     _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = init
 
@@ -170,68 +216,67 @@ def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: A
     while True:
         job = jobs.get()
         kind = job[0]
-        try:
-            if kind == "eof":  # the trainer died without ending the run
-                if run_id is not None:
-                    client.set_terminated(run_id, "KILLED")
-                return False
-            if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
-                _, params, tags = job
-                run_id = resume_run_id
-                client.update_run(run_id, status="RUNNING")
-                for k, v in tags.items():
-                    client.set_tag(run_id, k, v)
-                hist = client.get_metric_history(run_id, "timesteps_total")
-                reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
-                warm_up()
-            elif kind == "start":
-                _, params, tags = job
-                exp = client.get_experiment_by_name(experiment_name)
-                exp_id = exp.experiment_id if exp else client.create_experiment(
-                    experiment_name, artifact_location=artifact_location)
-                run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
-                reply(("run_id", (run_id, -1)))
-                items = [Param(k, v) for k, v in params.items()]
-                for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-                    client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
-                warm_up()
-            elif run_id is None:
-                raise TrackingError(f"'{kind}' before the MLflow run was created")
-            elif kind == "metrics":
-                ms = [Metric(k, v, ts, step) for metrics, step, ts in job[1] for k, v in metrics.items()]
-                for i in range(0, len(ms), 1000):
-                    client.log_batch(run_id, metrics=ms[i : i + 1000])
-            elif kind == "artifacts":
-                client.log_artifacts(run_id, job[1], job[2])
-                reply(("uploaded", job[1]))
-            elif kind == "artifact":
-                client.log_artifact(run_id, job[1], job[2])
-            elif kind == "model":  # a policy MLflow cannot export costs the model, not the run
-                try:
-                    from rlrun.export import log_policy_model
+        with shared.lock:  # see _Shared.lock
+            try:
+                if kind == "eof":  # the trainer died without ending the run
+                    if run_id is not None:
+                        client.set_terminated(run_id, "KILLED")
+                    return False
+                if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
+                    _, params, tags = job
+                    run_id = resume_run_id
+                    client.update_run(run_id, status="RUNNING")
+                    for k, v in tags.items():
+                        client.set_tag(run_id, k, v)
+                    hist = client.get_metric_history(run_id, "timesteps_total")
+                    reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
+                    warm_up()
+                elif kind == "start":
+                    _, params, tags = job
+                    exp = client.get_experiment_by_name(experiment_name)
+                    exp_id = exp.experiment_id if exp else client.create_experiment(
+                        experiment_name, artifact_location=artifact_location)
+                    run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+                    reply(("run_id", (run_id, -1)))
+                    items = [Param(k, v) for k, v in params.items()]
+                    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+                        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+                    warm_up()
+                elif run_id is None:
+                    raise TrackingError(f"'{kind}' before the MLflow run was created")
+                elif kind == "metrics":
+                    ms = [Metric(k, v, ts, step) for metrics, step, ts in job[1] for k, v in metrics.items()]
+                    for i in range(0, len(ms), 1000):
+                        client.log_batch(run_id, metrics=ms[i : i + 1000])
+                elif kind == "artifacts":
+                    client.log_artifacts(run_id, job[1], job[2])
+                    reply(("uploaded", job[1]))
+                elif kind == "artifact":
+                    client.log_artifact(run_id, job[1], job[2])
+                elif kind == "model":  # a policy MLflow cannot export costs the model, not the run
+                    try:
+                        from rlrun.export import log_policy_model
 
-                    with shared.lock:
                         log_policy_model(uri, run_id, job[1], job[2])
-                except Exception as e:
-                    msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:5000]
-                    client.set_tag(run_id, "rlrun.model_error", msg)
-                    print(f"rlrun: warning: the final policy was not logged as an MLflow model: {msg}",
-                          file=sys.stderr, flush=True)
-            elif kind == "curve":
-                with shared.lock:
+                    except Exception as e:
+                        msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:5000]
+                        client.set_tag(run_id, "rlrun.model_error", msg)
+                        print(f"rlrun: warning: the final policy was not logged as an MLflow model: {msg}",
+                              file=sys.stderr, flush=True)
+                elif kind == "curve":
                     _log_curve(client, run_id, job[1], job[2], job[3])
-            elif kind == "tags":
-                for k, v in job[1].items():
-                    client.set_tag(run_id, k, v)
-            elif kind == "end":
-                client.set_terminated(run_id, job[1])
-                reply(("ended", None))
-                return True
-        except Exception as e:  # reported to the trainer, which stops the run
-            reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-            if kind == "end":
-                reply(("ended", None))
-                return True
+                elif kind == "tags":
+                    for k, v in job[1].items():
+                        client.set_tag(run_id, k, v)
+                elif kind == "end":
+                    client.set_terminated(run_id, job[1])
+                    reply(("ended", None))
+                    return True
+            except Exception as e:  # reported to the trainer, which stops the run
+                reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                if kind == "end":
+                    reply(("ended", None))
+                    return True
 
 
 def _warm_up_plotting() -> None:

@@ -140,11 +140,6 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
 def _create_parent(config: DictConfig, target: tuple[str, str, str | None], sweep_dir: Path,
                    writer_address: str | None) -> SweepInfo:
     uri, name, artifacts = target
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)  # creates/migrates the store, once, before any job
-    exp = client.get_experiment_by_name(name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
     overrides = list(config.hydra.overrides.task)
     hc = config.hydra
     tags = {
@@ -154,18 +149,86 @@ def _create_parent(config: DictConfig, target: tuple[str, str, str | None], swee
         "mlflow.note.content": f"Sweep `rlrun -m {' '.join(overrides)}`; jobs are the child runs. "
                                f"Summary: `sweep_summary.md`, `sweep_returns.png`.",
     }
-    parent = client.create_run(exp_id, run_name=f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", tags=tags)
-    run_id = parent.info.run_id
-    from mlflow.entities import Param
-
-    params = [Param(k, v) for k, v in sweep_params(overrides).items()]
-    if params:
-        client.log_batch(run_id, params=params[:100])
     (sweep_dir / "multirun.yaml").write_text(OmegaConf.to_yaml(config))  # Hydra rewrites it identically
-    client.log_artifact(run_id, str(sweep_dir / "multirun.yaml"))
+    kwargs = {"uri": uri, "experiment_name": name, "artifact_location": artifacts,
+              "run_name": f"sweep {time.strftime('%Y-%m-%d %H:%M:%S')}", "tags": tags,
+              "params": sweep_params(overrides), "files": [str(sweep_dir / "multirun.yaml")]}
+    run_id = _in_writer(writer_address, "create_parent_run", kwargs)
     info = SweepInfo(run_id, uri, name, str(config.hydra.runtime.cwd), str(sweep_dir.resolve()), writer_address)
     (sweep_dir / SWEEP_FILE).write_text(json.dumps(asdict(info), indent=2))
     return info
+
+
+def _in_writer(address: str | None, name: str, kwargs: dict[str, Any]) -> Any:
+    """``name(**kwargs)`` (one of WRITER_CALLS) in the sweep's shared MLflow writer, which has mlflow
+    imported already (so the driver never imports it), or here when there is none."""
+    if address is None:
+        return WRITER_CALLS[name](**kwargs)
+    from multiprocessing.connection import Client
+
+    with Client(address, family="AF_UNIX") as conn:
+        conn.send(("call", name, kwargs))
+        kind, value = conn.recv()
+    if kind == "error":
+        from rlrun.tracking import TrackingError
+
+        raise TrackingError(f"MLflow ({kwargs.get('uri')}): {value}")
+    return value
+
+
+def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
+                      tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
+    """The sweep's parent run (and the store and experiment, once, before any job); its id."""
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment_name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
+                                                                    artifact_location=artifact_location)
+    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+    if params:
+        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()][:100])
+    for f in files:
+        client.log_artifact(run_id, f)
+    return run_id
+
+
+def close_parent_run(uri: str, parent_run_id: str, sweep_dir: str) -> dict[str, Any]:
+    """The summary (files, artifacts), Optuna's best parameters, the parent's final status. Returns
+    the text to print and the jobs' outcome."""
+    import contextlib
+    import io
+
+    from mlflow.tracking import MlflowClient
+
+    from rlrun.report import write_report
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        summary = write_report(parent_run_id, uri, sweep_dir)
+        client = MlflowClient(tracking_uri=uri)
+        best = Path(sweep_dir) / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
+        if best.is_file():
+            client.log_artifact(parent_run_id, str(best))
+            res = OmegaConf.to_container(OmegaConf.load(best))
+            if isinstance(res, dict) and "best_params" in res:
+                client.set_tag(parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
+                client.set_tag(parent_run_id, "rlrun.best_value", str(res.get("best_value")))
+                print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})")
+    failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
+    all_failed = bool(summary.rows) and len(failed) == len(summary.rows)
+    client.set_terminated(parent_run_id, "FAILED" if all_failed else "FINISHED")
+    return {"text": text.getvalue(), "total": len(summary.rows), "failed": failed}
+
+
+def end_parent_run(uri: str, parent_run_id: str, status: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=uri).set_terminated(parent_run_id, status)
+
+
+WRITER_CALLS = {f.__name__: f for f in (create_parent_run, close_parent_run, end_parent_run)}
 
 
 def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
@@ -200,39 +263,27 @@ def warm_worker(writer_address: str | None) -> None:
 
 
 def finish_sweep(config: DictConfig) -> None:
-    _stop_shared_writer()
     sweep_dir = Path(config.hydra.sweep.dir)
     info = read_sweep_info(sweep_dir)
-    if info is None:
-        return
-    from rlrun.report import write_report
-
-    summary = write_report(info.parent_run_id, info.tracking_uri, sweep_dir)
-    OUTCOME.total = len(summary.rows)
-    OUTCOME.failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=info.tracking_uri)
-    best = sweep_dir / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
-    if best.is_file():
-        client.log_artifact(info.parent_run_id, str(best))
-        res = OmegaConf.to_container(OmegaConf.load(best))
-        if isinstance(res, dict) and "best_params" in res:
-            client.set_tag(info.parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
-            client.set_tag(info.parent_run_id, "rlrun.best_value", str(res.get("best_value")))
-            print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})", flush=True)
-    all_failed = OUTCOME.total > 0 and len(OUTCOME.failed) == OUTCOME.total
-    client.set_terminated(info.parent_run_id, "FAILED" if all_failed else "FINISHED")
+    try:
+        if info is not None:
+            args = {"uri": info.tracking_uri, "parent_run_id": info.parent_run_id, "sweep_dir": str(sweep_dir)}
+            out = _in_writer(info.writer_address if OUTCOME.writer else None, "close_parent_run", args)
+            print(out["text"], end="", flush=True)
+            OUTCOME.total, OUTCOME.failed = out["total"], out["failed"]
+    finally:
+        _stop_shared_writer()
 
 
 def end_interrupted_sweep() -> None:
     """Ctrl-C during a sweep: the parent run ends KILLED instead of staying RUNNING."""
-    _stop_shared_writer()
     info = OUTCOME.info
-    if info is not None:
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient(tracking_uri=info.tracking_uri).set_terminated(info.parent_run_id, "KILLED")
+    try:
+        if info is not None:
+            _in_writer(info.writer_address if OUTCOME.writer else None, "end_parent_run",
+                       {"uri": info.tracking_uri, "parent_run_id": info.parent_run_id, "status": "KILLED"})
+    finally:
+        _stop_shared_writer()
 
 
 def read_sweep_info(sweep_dir: str | Path) -> SweepInfo | None:

@@ -11,57 +11,20 @@ healthy workers. Past ``max_worker_restarts`` restarts the run stops with ``Work
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
 from rlrun.batch import SampleBatch
-from rlrun.config import RayConfig, RunConfig
-from rlrun.errors import RayConnectionError, WorkerFailure  # re-exported
+from rlrun.config import RunConfig
+from rlrun.errors import RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
 from rlrun.policy import Policy
+from rlrun.ray_instance import init_ray, shutdown_ray
 from rlrun.workers import EpisodeStats, RolloutWorker, WorkerSpec
 
 PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
-
-
-def init_ray(rc: RayConfig) -> bool:
-    """Start a private local Ray instance or join ``rc.address``. Returns True if we connected
-    (and so must shut down); False if Ray was already initialised by the caller."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if rc.address is None:
-        # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
-        ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", **quiet)  # type: ignore[arg-type]
-        return True
-    _check_reachable(rc.address)
-    try:
-        ray.init(address=rc.address, **quiet)  # type: ignore[arg-type]
-    except ConnectionError as e:
-        raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}") from None
-    return True
-
-
-def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    """Fail in seconds, not minutes, when ``host:port`` has nothing listening (Ray retries long)."""
-    if address == "auto" or address.startswith("ray://") or ":" not in address:
-        return
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return
-    except (OSError, ValueError) as e:
-        raise RayConnectionError(
-            f"rollout.ray.address: no Ray cluster at '{address}' ({e}); start one with `ray start --head` "
-            "or set rollout.ray.address=null for a private local instance"
-        ) from None
 
 
 def _first_and_last_line(text: str) -> str:
@@ -283,5 +246,5 @@ class WorkerSet:
         self._remote.clear()
         self._in_flight.clear()
         if self._ray_owned:
-            ray.shutdown()
+            shutdown_ray()
             self._ray_owned = False

@@ -1,0 +1,64 @@
+"""Starting, joining and stopping Ray for this process (light: imports Ray only when called)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from rlrun.config import RayConfig
+from rlrun.errors import RayConnectionError
+
+
+def init_ray(rc: RayConfig) -> bool:
+    """Start a private local Ray instance or join ``rc.address``. Returns True if we connected
+    (and so must shut down); False if Ray was already initialised by the caller."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if rc.address is None:
+        # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
+        ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
+                 _node_ip_address="127.0.0.1", **quiet)  # type: ignore[arg-type]
+        return True
+    _check_reachable(rc.address)
+    try:
+        ray.init(address=rc.address, **quiet)  # type: ignore[arg-type]
+    except ConnectionError as e:
+        raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}") from None
+    return True
+
+
+def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail in seconds, not minutes, when ``host:port`` has nothing listening (Ray retries long)."""
+    if address == "auto" or address.startswith("ray://") or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        raise RayConnectionError(
+            f"rollout.ray.address: no Ray cluster at '{address}' ({e}); start one with `ray start --head` "
+            "or set rollout.ray.address=null for a private local instance"
+        ) from None
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, minus the second it waits for the autoscaler monitor of a local instance we
+    started: that process ignores SIGTERM until Ray's 1 s timeout; it holds nothing, so it is killed."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:  # private attributes; without them only the second is lost
+        node = ray._private.worker._global_node
+        if node is not None and node.head:
+            for info in node.all_processes.get("monitor", []):
+                info.process.kill()
+                info.process.wait(timeout=5)
+    except Exception:
+        pass
+    ray.shutdown()
