@@ -97,6 +97,7 @@ class _Shared:
         self.lock = threading.RLock()
         self.books = threading.Lock()  # for open_runs
         self.open_runs = 0
+        self.parent_done = threading.Event()  # the sweep driver's first call (its parent run) is done
 
     def client(self, uri: str) -> Any:
         with self.lock:
@@ -116,6 +117,7 @@ def _warm_up_all(shared: _Shared) -> None:
         import mlflow.tracking  # noqa: F401
 
         import rlrun.sweep  # noqa: F401  # the driver's calls
+    shared.parent_done.wait(timeout=60)  # the lock is not fair: let the parent run (jobs wait for it) go first
     with shared.lock:
         if "plot" not in shared.warmed:
             _warm_up_plotting()
@@ -136,6 +138,8 @@ def _call(name: str, kwargs: dict[str, Any], shared: _Shared) -> tuple[str, Any]
             return ("result", WRITER_CALLS[name](**kwargs))
     except Exception as e:
         return ("error", f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    finally:
+        shared.parent_done.set()
 
 
 def _quiet() -> None:
