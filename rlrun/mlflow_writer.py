@@ -118,10 +118,18 @@ def _warm_up_all(shared: _Shared) -> None:
 
         import rlrun.sweep  # noqa: F401  # the driver's calls
     shared.parent_done.wait(timeout=60)  # the lock is not fair: let the parent run (jobs wait for it) go first
+    _warm_up(shared, model=True)
+
+
+def _warm_up(shared: _Shared, model: bool) -> None:
+    """Import what the end of a run needs (matplotlib; mlflow.pytorch when the model is logged),
+    once per process, each step holding the lock (other jobs may go in between)."""
     with shared.lock:
         if "plot" not in shared.warmed:
             _warm_up_plotting()
             shared.warmed.add("plot")
+    if not model:
+        return
     with shared.lock:
         if "model" not in shared.warmed:
             from rlrun.export import warm_up as warm_up_model
@@ -201,21 +209,9 @@ def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: A
              shared: _Shared) -> bool:
     """Serve one run's jobs until "end" (True: ready for the next run) or the trainer's EOF (False)."""
     with shared.lock:
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric
 
     _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = init
-
-    def warm_up() -> None:
-        with shared.lock:
-            if "plot" not in shared.warmed:
-                _warm_up_plotting()
-                shared.warmed.add("plot")
-            if log_model and "model" not in shared.warmed:
-                from rlrun.export import warm_up as warm_up_model
-
-                warm_up_model()
-                shared.warmed.add("model")
-
     run_id = None
     while True:
         job = jobs.get()
@@ -234,18 +230,13 @@ def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: A
                         client.set_tag(run_id, k, v)
                     hist = client.get_metric_history(run_id, "timesteps_total")
                     reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
-                    warm_up()
+                    _warm_up(shared, model=log_model)
                 elif kind == "start":
                     _, params, tags = job
-                    exp = client.get_experiment_by_name(experiment_name)
-                    exp_id = exp.experiment_id if exp else client.create_experiment(
-                        experiment_name, artifact_location=artifact_location)
-                    run_id = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+                    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
                     reply(("run_id", (run_id, -1)))
-                    items = [Param(k, v) for k, v in params.items()]
-                    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-                        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
-                    warm_up()
+                    log_params(client, run_id, params)
+                    _warm_up(shared, model=log_model)
                 elif run_id is None:
                     raise TrackingError(f"'{kind}' before the MLflow run was created")
                 elif kind == "metrics":
@@ -281,6 +272,24 @@ def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: A
                 if kind == "end":
                     reply(("ended", None))
                     return True
+
+
+def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
+               tags: dict[str, str]) -> str:
+    """A new run in ``experiment_name`` (the experiment is created on first use); its id."""
+    exp = client.get_experiment_by_name(experiment_name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
+                                                                    artifact_location=artifact_location)
+    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+    return run_id
+
+
+def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
 
 
 def _warm_up_plotting() -> None:

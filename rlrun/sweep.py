@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 import threading
 import time
@@ -109,7 +110,7 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     if target is None:
         start_ray_early(config, None)
         return None
-    from rlrun.tracking import start_shared_writer, use_shared_writer
+    from rlrun.tracking import use_shared_writer
 
     # one MLflow writer process for every job on this machine (not one per Ray worker): it imports
     # mlflow while the parent run is created and Ray starts
@@ -135,6 +136,27 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     print(f"rlrun: sweep -> MLflow parent run {info.parent_run_id} (experiment '{info.experiment_name}', "
           f"{info.tracking_uri})", flush=True)
     return info
+
+
+def start_shared_writer() -> tuple[subprocess.Popen[str], str]:
+    """Start a sweep's shared writer process; returns it and its socket address once it listens.
+    Closing its stdin ends it (after the runs it is writing)."""
+    import os
+    import tempfile
+
+    from rlrun.tracking import TrackingError
+
+    address = os.path.join(tempfile.mkdtemp(prefix="rlrun-"), "writer.sock")  # short: AF_UNIX paths < 108 bytes
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import serve; serve(sys.argv[1])", address],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != address:  # it listens (before importing mlflow): ~0.1 s
+        proc.kill()
+        raise TrackingError(f"the sweep's MLflow writer did not start (exit code {proc.wait()})")
+    return proc, address
 
 
 def _create_parent(config: DictConfig, target: tuple[str, str, str | None], sweep_dir: Path,
@@ -179,16 +201,13 @@ def _in_writer(address: str | None, name: str, kwargs: dict[str, Any]) -> Any:
 def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
                       tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
     """The sweep's parent run (and the store and experiment, once, before any job); its id."""
-    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
+    from rlrun.mlflow_writer import create_run, log_params
+
     client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment_name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
-                                                                    artifact_location=artifact_location)
-    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
-    if params:
-        client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()][:100])
+    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
+    log_params(client, run_id, params)
     for f in files:
         client.log_artifact(run_id, f)
     return run_id

@@ -340,24 +340,6 @@ def _take_writer() -> Writer:
     return Writer(Connection(ours.detach()), proc)
 
 
-def start_shared_writer() -> tuple[subprocess.Popen[str], str]:
-    """Start a sweep's shared writer process; returns it and its socket address once it listens.
-    Closing its stdin ends it (after the runs it is writing)."""
-    import tempfile
-
-    address = os.path.join(tempfile.mkdtemp(prefix="rlrun-"), "writer.sock")  # short: AF_UNIX paths < 108 bytes
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import serve; serve(sys.argv[1])", address],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != address:  # it listens (before importing mlflow): ~0.1 s
-        proc.kill()
-        raise TrackingError(f"the sweep's MLflow writer did not start (exit code {proc.wait()})")
-    return proc, address
-
-
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
                  resume_run_id: str | None = None) -> Tracker:
     if cfg.backend == "none":
