@@ -16,7 +16,7 @@ import yaml
 
 from rlrun.errors import CheckpointError  # re-exported
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs, learner state)
 TENSORS_FILE = "policy.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.yaml"

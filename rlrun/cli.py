@@ -11,55 +11,20 @@ import re
 import sys
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf import DictConfig
 
-from rlrun.config import ConfigError, RunConfig, build_config
-from rlrun.errors import CheckpointError, NonFiniteLossError, RayConnectionError, WorkerFailure
-from rlrun.registry import RegistryError, load_plugins, suggest
+from rlrun.compose import compose as compose  # re-exported: tests and tools compose through the CLI module
+from rlrun.compose import compose_to_config
+from rlrun.config import ConfigError
+from rlrun.errors import CheckpointError, NonFiniteLossError, RayConnectionError, WorkerFailure, suggest
+from rlrun.registry import RegistryError
 from rlrun.tracking import TrackingError
 
 USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError)
-
-
-def compose_to_config(
-    cfg: DictConfig, launch_dir: str, experiment: str | None = None, output_dir: str | None = None
-) -> RunConfig:
-    """Resolved Hydra config -> validated RunConfig (plugins imported first)."""
-    try:
-        raw: Any = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    except MissingMandatoryValue as e:
-        raise ConfigError(f"{e.full_key}: missing mandatory value (set it, e.g. {e.full_key}=...)") from None
-    except Exception as e:  # an interpolation that does not resolve
-        raise ConfigError(f"config does not resolve: {str(e).splitlines()[0]}") from None
-    raw.pop("hydra", None)
-    plugins = raw.get("plugins") or []
-    if not isinstance(plugins, list):
-        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
-    load_plugins([str(p) for p in plugins], search_dirs=[launch_dir])
-    if raw.get("output_dir") is None:
-        raw["output_dir"] = output_dir
-    if raw.get("experiment") is None:
-        raw["experiment"] = experiment
-    return build_config(raw)
-
-
-def compose(overrides: list[str], launch_dir: str | None = None) -> RunConfig:
-    """Compose and validate a config exactly as ``rlrun <overrides>`` would (for tests and tools)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
-    with initialize_config_module("rlrun.conf", version_base="1.3"):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-        experiment = cfg.hydra.runtime.choices.get("experiment")
-        with open_dict(cfg):
-            del cfg["hydra"]
-    return compose_to_config(cfg, launch_dir or os.getcwd(), experiment)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")
@@ -92,7 +57,8 @@ def sweep_job(cfg: DictConfig) -> float:
     from dataclasses import replace
 
     from rlrun.run import run
-    from rlrun.sweep import SweepJob, Tee, objective_value, read_sweep_info, record_failed_job
+    from rlrun.sweep import Tee, record_failed_job
+    from rlrun.sweep_info import SweepJob, objective_value, read_sweep_info
 
     hc = HydraConfig.get()
     launch_dir = hc.runtime.cwd  # the driver's directory, also for jobs in Ray tasks
@@ -179,19 +145,15 @@ def main() -> None:
 
 
 def exit_now(code: int) -> None:
-    import atexit
-    import os
+    from rlrun.fast_exit import exit_now as _exit_now
 
     try:
         if "ray" in sys.modules:  # a sweep's Ray instance: stopped now, without Ray's exit-time pause
             from rlrun.ray_instance import shutdown_ray
 
             shutdown_ray()
-        atexit._run_exitfuncs()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
 
 
 def _cli() -> int:

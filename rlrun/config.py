@@ -9,10 +9,13 @@ schema and gets the same checks as the built-in ones. The generic key/type check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError, suggest
+from rlrun.errors import suggest
+from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
+from rlrun.metrics import reported_metrics
+from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
@@ -20,6 +23,12 @@ from rlrun.schema import to_dict as to_dict
 
 
 # --------------------------------------------------------------------------- schemas
+@dataclass
+class OptimizerConfig:
+    name: str = "adam"  # rlrun's fused Adam, or any torch.optim class name (SGD, RMSprop, AdamW, ...)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # its options besides lr (which is algo.lr)
+
+
 @dataclass
 class AlgoConfig:
     """Options every algorithm has. Subclasses (``PPOConfig``) add their own."""
@@ -33,7 +42,8 @@ class AlgoConfig:
     num_sgd_iter: int = 1  # passes over the train batch per iteration
     sgd_minibatch_size: int | None = None  # None: the whole batch in one step
     grad_clip: float | None = 0.5  # global L2 norm; None: no clipping
-    adam_eps: float = 1e-5
+    adam_eps: float = 1e-5  # eps of rlrun's Adam (optimizer.name: adam)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
 
 @dataclass
@@ -103,9 +113,6 @@ class EvaluationConfig:
     num_envs: int = 5
 
 
-STOP_COUNTERS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")
-
-
 @dataclass
 class RunConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -160,8 +167,7 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
     if "stop" in raw:
         raw["stop"] = normalize_stop(raw["stop"])
     cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
-    check_config(cfg)
-    return cfg
+    return check_config(cfg)
 
 
 def normalize_stop(stop: Any) -> dict[str, float]:
@@ -195,62 +201,67 @@ def normalize_stop(stop: Any) -> dict[str, float]:
     return out
 
 
-def check_config(cfg: RunConfig) -> None:
-    """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit."""
-    from rlrun.envs import check_env_id
-    from rlrun.trainer import reported_metrics
+def check_config(cfg: RunConfig) -> RunConfig:
+    """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit,
+    value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
+    _check_run_values(cfg)
+    cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
+    for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer):
+        check(cfg)
+    return cfg
 
-    algo_cls = ALGOS.get(cfg.algo.name)
-    loss_entry = LOSSES.entry(cfg.loss.name)
+
+def _check_names(cfg: RunConfig) -> None:
+    from rlrun.envs import check_env_id
+
+    algo = ALGOS.get(cfg.algo.name)
+    loss = LOSSES.entry(cfg.loss.name)
     try:
         check_env_id(cfg.env.id)
     except RegistryError as e:
         raise ConfigError(str(e)) from None
-
-    # the loss needs columns that the algo's postprocessing must produce
-    provided = set(algo_cls.provides_columns)
-    missing = [c for c in loss_entry.info.get("requires", ()) if c not in provided]
+    provided = set(algo.provides_columns)  # the loss needs columns that the algo's postprocessing produces
+    missing = [c for c in loss.info.get("requires", ()) if c not in provided]
     if missing:
         raise ConfigError(
             f"loss.name: loss '{cfg.loss.name}' needs batch columns {missing} that algo "
             f"'{cfg.algo.name}' does not produce (it produces {sorted(provided)}). "
-            f"Pick a loss made for '{cfg.algo.name}', e.g. loss={algo_cls.default_loss}"
+            f"Pick a loss made for '{cfg.algo.name}', e.g. loss={algo.default_loss}"
         )
 
-    # stop criteria
+
+def known_stop_keys(cfg: RunConfig) -> list[str]:
+    """Counters plus every metric this run reports (its algo's and its loss's included)."""
+    algo = ALGOS.get(cfg.algo.name)
+    loss = LOSSES.entry(cfg.loss.name)
+    metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()))
+    return sorted({*STOP_COUNTERS, *metrics})
+
+
+def _check_stop(cfg: RunConfig) -> None:
     if not cfg.stop:
         raise ConfigError(f"stop: no stop criterion; set at least one of {', '.join(STOP_COUNTERS)}")
-    known = set(STOP_COUNTERS) | set(reported_metrics(algo_cls, loss_entry))
+    known = known_stop_keys(cfg)
     for key, value in cfg.stop.items():
         if key not in known:
             raise ConfigError(
                 f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
-                f"{suggest(key, sorted(known))}. Stop keys: {', '.join(sorted(known))}"
+                f"{suggest(key, known)}. Stop keys: {', '.join(known)}"
             )
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
-
     if cfg.objective not in known and cfg.objective != "steps_to_target":
         raise ConfigError(f"objective: '{cfg.objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
-                          f"{suggest(cfg.objective, sorted(known))} (or steps_to_target)")
+                          f"{suggest(cfg.objective, known)} (or steps_to_target)")
 
-    # batch arithmetic
+
+def _check_batch_arithmetic(cfg: RunConfig) -> None:
     r, a = cfg.rollout, cfg.algo
-    if a.train_batch_size < 1:
-        raise ConfigError(f"algo.train_batch_size: must be at least 1, got {a.train_batch_size}")
-    if r.num_workers < 0:
-        raise ConfigError(f"rollout.num_workers: must be 0 (in-process) or more, got {r.num_workers}")
-    if r.num_cpus_per_worker <= 0:
-        raise ConfigError(f"rollout.num_cpus_per_worker: must be positive, got {r.num_cpus_per_worker:g}")
-    if r.max_worker_restarts < 0:
-        raise ConfigError(f"rollout.max_worker_restarts: must be 0 or more, got {r.max_worker_restarts}")
     workers = max(r.num_workers, 1)
-    resolve_auto_sizes(r, a.train_batch_size, workers)
     for key in ("rollout_fragment_length", "num_envs_per_worker"):
         if int(getattr(r, key)) < 1:
             raise ConfigError(f"rollout.{key}: must be at least 1, got {getattr(r, key)}")
-    assert isinstance(r.rollout_fragment_length, int) and isinstance(r.num_envs_per_worker, int)
-    round_size = r.rollout_fragment_length * r.num_envs_per_worker * workers
+    round_size = int(r.rollout_fragment_length) * int(r.num_envs_per_worker) * workers
     formula = (f"rollout_fragment_length x num_envs_per_worker x max(num_workers, 1) = "
                f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {workers} = {round_size}")
     if a.train_batch_size % round_size:
@@ -265,51 +276,71 @@ def check_config(cfg: RunConfig) -> None:
         raise ConfigError(
             f"algo.sgd_minibatch_size: {mb} must be between 1 and algo.train_batch_size={a.train_batch_size}"
         )
+
+
+def _check_algo_values(cfg: RunConfig) -> None:
+    a = cfg.algo
     if a.num_sgd_iter < 1:
         raise ConfigError(f"algo.num_sgd_iter: must be at least 1, got {a.num_sgd_iter}")
     if a.lr <= 0:
         raise ConfigError(f"algo.lr: must be positive, got {a.lr:g}")
     if not 0.0 <= a.gamma <= 1.0:
         raise ConfigError(f"algo.gamma: must be in [0, 1], got {a.gamma:g}")
-    if a.lr_schedule is not None:
-        steps = [p[0] for p in a.lr_schedule]
-        if any(len(p) != 2 for p in a.lr_schedule) or steps != sorted(steps) or not steps:
-            raise ConfigError(
-                f"algo.lr_schedule: expected [[env_step, lr], ...] with increasing env steps, got {a.lr_schedule}"
-            )
-        if any(p[1] < 0 for p in a.lr_schedule):
-            raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
-        if steps[0] <= 0 and a.lr_schedule[0][1] != a.lr:  # the schedule would silently replace algo.lr
-            raise ConfigError(
-                f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
-                "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
-            )
-    if cfg.checkpoint.every_n_iters < 0 or cfg.checkpoint.keep_last < 1:
+    if a.lr_schedule is None:
+        return
+    steps = [p[0] for p in a.lr_schedule]
+    if any(len(p) != 2 for p in a.lr_schedule) or steps != sorted(steps) or not steps:
         raise ConfigError(
-            f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="
-            f"{cfg.checkpoint.every_n_iters}, keep_last={cfg.checkpoint.keep_last}"
+            f"algo.lr_schedule: expected [[env_step, lr], ...] with increasing env steps, got {a.lr_schedule}"
         )
-    ev = cfg.evaluation
-    if ev.interval < 0 or ev.num_episodes < 1 or ev.num_envs < 1:
+    if any(p[1] < 0 for p in a.lr_schedule):
+        raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
+    if steps[0] <= 0 and a.lr_schedule[0][1] != a.lr:  # the schedule would silently replace algo.lr
         raise ConfigError(
-            f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={ev.interval}, "
-            f"num_episodes={ev.num_episodes}, num_envs={ev.num_envs}"
-        )
-    if cfg.torch_threads < 1:
-        raise ConfigError(f"torch_threads: must be at least 1, got {cfg.torch_threads}")
-    if r.ray.num_cpus is not None and r.ray.num_cpus < 1:
-        raise ConfigError(f"rollout.ray.num_cpus: must be at least 1 or null, got {r.ray.num_cpus}")
-    if r.ray.num_cpus is not None and r.ray.address is not None:
-        raise ConfigError(
-            f"rollout.ray.num_cpus: {r.ray.num_cpus} sizes a private Ray instance, but rollout.ray.address="
-            f"'{r.ray.address}' joins an existing cluster; set one of them to null"
+            f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
+            "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
         )
 
 
-def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int, workers: int) -> None:
-    """Replace ``auto`` in num_envs_per_worker or rollout_fragment_length so that one sampling round,
-    fragment x envs x workers, is exactly ``train_batch_size``."""
+def _check_optimizer(cfg: RunConfig) -> None:
+    from rlrun.optim import check_optimizer_kwargs
+
+    try:
+        check_optimizer_kwargs(cfg.algo.optimizer.name, cfg.algo.optimizer.kwargs)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _check_run_values(cfg: RunConfig) -> None:
+    r = cfg.rollout
+    checks = [
+        (cfg.algo.train_batch_size >= 1, f"algo.train_batch_size: must be at least 1, got {cfg.algo.train_batch_size}"),
+        (r.num_workers >= 0, f"rollout.num_workers: must be 0 (in-process) or more, got {r.num_workers}"),
+        (r.num_cpus_per_worker > 0, f"rollout.num_cpus_per_worker: must be positive, got {r.num_cpus_per_worker:g}"),
+        (r.max_worker_restarts >= 0, f"rollout.max_worker_restarts: must be 0 or more, got {r.max_worker_restarts}"),
+        (cfg.checkpoint.every_n_iters >= 0 and cfg.checkpoint.keep_last >= 1,
+         f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="
+         f"{cfg.checkpoint.every_n_iters}, keep_last={cfg.checkpoint.keep_last}"),
+        (cfg.evaluation.interval >= 0 and cfg.evaluation.num_episodes >= 1 and cfg.evaluation.num_envs >= 1,
+         f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={cfg.evaluation.interval}, "
+         f"num_episodes={cfg.evaluation.num_episodes}, num_envs={cfg.evaluation.num_envs}"),
+        (cfg.torch_threads >= 1, f"torch_threads: must be at least 1, got {cfg.torch_threads}"),
+        (r.ray.num_cpus is None or r.ray.num_cpus >= 1,
+         f"rollout.ray.num_cpus: must be at least 1 or null, got {r.ray.num_cpus}"),
+        (r.ray.num_cpus is None or r.ray.address is None,
+         f"rollout.ray.num_cpus: {r.ray.num_cpus} sizes a private Ray instance, but rollout.ray.address="
+         f"'{r.ray.address}' joins an existing cluster; set one of them to null"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int) -> RolloutConfig:
+    """A copy of ``r`` with ``auto`` in num_envs_per_worker or rollout_fragment_length replaced so that
+    one sampling round, fragment x envs x max(workers, 1), is exactly ``train_batch_size``."""
     frag, envs = r.rollout_fragment_length, r.num_envs_per_worker
+    workers = max(r.num_workers, 1)
     if frag == "auto" and envs == "auto":
         raise ConfigError("rollout.rollout_fragment_length and rollout.num_envs_per_worker are both 'auto'; "
                           "set one of them to a number")
@@ -324,4 +355,7 @@ def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int, workers: int) ->
                 f"rollout.{key}: 'auto' needs algo.train_batch_size ({train_batch_size}) to be a multiple of "
                 f"{other_key} x max(num_workers, 1) = {other} x {workers} = {per}"
             )
-        setattr(r, key, train_batch_size // per)
+        size = train_batch_size // per
+        return replace(r, rollout_fragment_length=size) if key == "rollout_fragment_length" \
+            else replace(r, num_envs_per_worker=size)
+    return r

@@ -4,6 +4,15 @@ Each is re-exported by the module that raises it."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
+
+
+def suggest(name: str, known: Sequence[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest known name, or an empty string."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read, is not ours, or does not fit the config."""

@@ -29,8 +29,6 @@ class EvalResult(NamedTuple):
                 "eval/num_episodes": float(len(r))}
 
 
-EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/episode_return_max",
-                "eval/episode_len_mean", "eval/num_episodes")
 
 
 def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: int, seed: int,

@@ -22,8 +22,9 @@ from rlrun.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from rlrun.config import ConfigError, RunConfig, build_config
 from rlrun.distributions import ActionDistribution
 from rlrun.envs import make_vector_env
-from rlrun.policy import Policy
-from rlrun.registry import load_plugins
+from rlrun.plugins import load_plugins
+from rlrun.policy import DEFAULT_POLICY_ID, Policy
+from rlrun.workers import PolicyFactory
 
 MODEL_ARTIFACT = "model"
 
@@ -37,9 +38,7 @@ class LoadedPolicy(NamedTuple):
 
 
 def load_policy(path: str | Path, launch_dir: str | Path | None = None) -> LoadedPolicy:
-    """The Policy stored in checkpoint directory ``path``, weights restored, ready to act."""
-    from rlrun.trainer import PolicyFactory
-
+    """The (default) Policy stored in checkpoint directory ``path``, weights restored, ready to act."""
     launch = str(Path(launch_dir or os.getcwd()).resolve())
     ckpt = load_checkpoint(path)
     load_plugins([str(p) for p in ckpt.config.get("plugins") or []], search_dirs=[launch])
@@ -50,10 +49,10 @@ def load_policy(path: str | Path, launch_dir: str | Path | None = None) -> Loade
     env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
     obs_space, action_space = env.single_observation_space, env.single_action_space
     env.close()
-    policy = PolicyFactory(cfg, launch)(obs_space, action_space)
+    policy = PolicyFactory(cfg, launch)(obs_space, action_space)[DEFAULT_POLICY_ID]
     try:
-        policy.set_state(ckpt.state["policy"])
-    except (KeyError, RuntimeError) as e:
+        policy.set_state(ckpt.state["policies"][DEFAULT_POLICY_ID])
+    except (KeyError, RuntimeError, TypeError) as e:
         raise CheckpointError(f"checkpoint {path}: policy weights do not fit the model in its config: {e}") from None
     return LoadedPolicy(policy, cfg, ckpt, obs_space, action_space)
 

@@ -14,24 +14,23 @@ from __future__ import annotations
 import contextlib
 import queue
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
-from rlrun.tracking import MAX_PARAMS_PER_BATCH, TrackingError
+from rlrun import writer_messages as msg
+from rlrun.fast_exit import exit_now
+from rlrun.mlflow_runs import WRITER_CALLS, create_run, log_curve, log_params
 
 
 def run(fd: int) -> None:
     """Entry point: ``main``, then exit at once (every write is committed by then; skipping the
     interpreter's teardown saves a second or more with torch and mlflow loaded)."""
-    import os
-
     try:
         main(fd)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        exit_now(0, run_exit_handlers=False)
 
 
 def main(fd: int) -> None:
@@ -74,13 +73,11 @@ def serve(address: str) -> None:
         while shared.open_runs and time.monotonic() < deadline:
             time.sleep(0.1)
         listener.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
     finally:
         with contextlib.suppress(OSError):
             os.unlink(address)
             os.rmdir(os.path.dirname(address))
-        os._exit(0)
+        exit_now(0, run_exit_handlers=False)
 
 
 class _Shared:
@@ -115,8 +112,6 @@ def _warm_up_all(shared: _Shared) -> None:
     first: the driver's parent run waits for it)."""
     with shared.lock:
         import mlflow.tracking  # noqa: F401
-
-        import rlrun.sweep  # noqa: F401  # the driver's calls
     shared.parent_done.wait(timeout=60)  # the lock is not fair: let the parent run (jobs wait for it) go first
     _warm_up(shared, model=True)
 
@@ -138,16 +133,18 @@ def _warm_up(shared: _Shared, model: bool) -> None:
             shared.warmed.add("model")
 
 
-def _call(name: str, kwargs: dict[str, Any], shared: _Shared) -> tuple[str, Any]:
+def _call(call: msg.Call, shared: _Shared) -> msg.Result | msg.Error:
     try:
         with shared.lock:
-            from rlrun.sweep import WRITER_CALLS
-
-            return ("result", WRITER_CALLS[name](**kwargs))
+            return msg.Result(WRITER_CALLS[call.name](**call.kwargs))
     except Exception as e:
-        return ("error", f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return msg.Error(f"{call.name}: {_one_line(e)}")
     finally:
         shared.parent_done.set()
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def _quiet() -> None:
@@ -159,137 +156,170 @@ def _quiet() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+Reply = Callable[[Any], None]
+
+
 def _serve(conn: Connection, shared: _Shared) -> None:
     """One trainer's runs, each run's jobs in order; a reader thread keeps the socket drained meanwhile."""
     import threading
 
-    jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    jobs: queue.Queue[Any] = queue.Queue()
 
     def reader() -> None:
         try:
             while True:
                 jobs.put(conn.recv())
         except (EOFError, OSError):
-            jobs.put(("eof",))
+            jobs.put(msg.Eof())
 
     threading.Thread(target=reader, daemon=True).start()
 
-    def reply(msg: tuple[Any, ...]) -> None:  # best effort: a dead trainer must not stop the bookkeeping
+    def reply(message: Any) -> None:  # best effort: a dead trainer must not stop the bookkeeping
         with contextlib.suppress(OSError):
-            conn.send(msg)
+            conn.send(message)
 
     try:
         _serve_jobs(jobs, reply, shared)
     except Exception as e:  # a bug here must not leave the trainer waiting for replies that never come
-        reply(("error", f"MLflow writer: {type(e).__name__}: {e}"))
+        reply(msg.Error(f"MLflow writer: {type(e).__name__}: {e}"))
         conn.close()
         raise
 
 
-def _serve_jobs(jobs: queue.Queue[tuple[Any, ...]], reply: Any, shared: _Shared) -> None:
+def _serve_jobs(jobs: queue.Queue[Any], reply: Reply, shared: _Shared) -> None:
     while True:
         job = jobs.get()
-        if job[0] == "eof":
+        if isinstance(job, msg.Eof):
             return
-        if job[0] == "call":  # the sweep driver's MLflow work (rlrun.sweep.WRITER_CALLS)
-            reply(_call(job[1], job[2], shared))
+        if isinstance(job, msg.Call):  # the sweep driver's MLflow work (rlrun.mlflow_runs.WRITER_CALLS)
+            reply(_call(job, shared))
             continue
-        if job[0] != "init":
-            reply(("error", f"expected 'init', got '{job[0]}'"))
+        if not isinstance(job, msg.Init):
+            reply(msg.Error(f"expected Init, got {type(job).__name__}"))
             continue
         shared.count_run(+1)
         try:
-            if not _one_run(job, jobs, reply, shared.client(job[1]), shared):
+            if not _one_run(_Run(job, shared.client(job.uri), reply, shared), jobs):
                 return
         finally:
             shared.count_run(-1)
 
 
-def _one_run(init: tuple[Any, ...], jobs: queue.Queue[tuple[Any, ...]], reply: Any, client: Any,
-             shared: _Shared) -> bool:
-    """Serve one run's jobs until "end" (True: ready for the next run) or the trainer's EOF (False)."""
-    with shared.lock:
-        from mlflow.entities import Metric
+@dataclass
+class _Run:
+    """One MLflow run being written: its Init, client, reply channel and (once started) id."""
 
-    _, uri, artifact_location, experiment_name, run_name, resume_run_id, log_model = init
-    run_id = None
+    init: msg.Init
+    client: Any
+    reply: Reply
+    shared: _Shared
+    run_id: str | None = None
+
+    @property
+    def id(self) -> str:
+        if self.run_id is None:
+            raise RuntimeError("a job before the MLflow run was created")
+        return self.run_id
+
+
+def _one_run(run: _Run, jobs: queue.Queue[Any]) -> bool:
+    """Serve one run's jobs until End (True: ready for the next run) or the trainer's EOF (False)."""
     while True:
         job = jobs.get()
-        kind = job[0]
-        with shared.lock:  # see _Shared.lock
+        handler = HANDLERS.get(type(job))
+        with run.shared.lock:  # see _Shared.lock
             try:
-                if kind == "eof":  # the trainer died without ending the run
-                    if run_id is not None:
-                        client.set_terminated(run_id, "KILLED")
-                    return False
-                if kind == "start" and resume_run_id:  # same run: params are immutable, so tags record changes
-                    _, params, tags = job
-                    run_id = resume_run_id
-                    client.update_run(run_id, status="RUNNING")
-                    for k, v in tags.items():
-                        client.set_tag(run_id, k, v)
-                    hist = client.get_metric_history(run_id, "timesteps_total")
-                    reply(("run_id", (run_id, max((m.step for m in hist), default=-1))))
-                    _warm_up(shared, model=log_model)
-                elif kind == "start":
-                    _, params, tags = job
-                    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
-                    reply(("run_id", (run_id, -1)))
-                    log_params(client, run_id, params)
-                    _warm_up(shared, model=log_model)
-                elif run_id is None:
-                    raise TrackingError(f"'{kind}' before the MLflow run was created")
-                elif kind == "metrics":
-                    ms = [Metric(k, v, ts, step) for metrics, step, ts in job[1] for k, v in metrics.items()]
-                    for i in range(0, len(ms), 1000):
-                        client.log_batch(run_id, metrics=ms[i : i + 1000])
-                elif kind == "artifacts":
-                    client.log_artifacts(run_id, job[1], job[2])
-                    reply(("uploaded", job[1]))
-                elif kind == "artifact":
-                    client.log_artifact(run_id, job[1], job[2])
-                elif kind == "model":  # a policy MLflow cannot export costs the model, not the run
-                    try:
-                        from rlrun.export import log_policy_model
-
-                        log_policy_model(uri, run_id, job[1], job[2])
-                    except Exception as e:
-                        msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:5000]
-                        client.set_tag(run_id, "rlrun.model_error", msg)
-                        print(f"rlrun: warning: the final policy was not logged as an MLflow model: {msg}",
-                              file=sys.stderr, flush=True)
-                elif kind == "curve":
-                    _log_curve(client, run_id, job[1], job[2], job[3])
-                elif kind == "tags":
-                    for k, v in job[1].items():
-                        client.set_tag(run_id, k, v)
-                elif kind == "end":
-                    client.set_terminated(run_id, job[1])
-                    reply(("ended", None))
-                    return True
+                if handler is None:
+                    raise TypeError(f"unexpected message {type(job).__name__} inside a run")
+                done = handler(run, job)
             except Exception as e:  # reported to the trainer, which stops the run
-                reply(("error", f"{kind}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
-                if kind == "end":
-                    reply(("ended", None))
-                    return True
+                run.reply(msg.Error(f"{type(job).__name__}: {_one_line(e)}"))
+                done = isinstance(job, msg.End)
+                if done:
+                    run.reply(msg.Ended())
+        if done:
+            return not isinstance(job, msg.Eof)
 
 
-def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
-               tags: dict[str, str]) -> str:
-    """A new run in ``experiment_name`` (the experiment is created on first use); its id."""
-    exp = client.get_experiment_by_name(experiment_name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
-                                                                    artifact_location=artifact_location)
-    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
-    return run_id
+def _on_eof(run: _Run, job: msg.Eof) -> bool:
+    """The trainer died without ending the run."""
+    if run.run_id is not None:
+        run.client.set_terminated(run.run_id, "KILLED")
+    return True
 
 
-def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
-    from mlflow.entities import Param
+def _on_start(run: _Run, job: msg.Start) -> bool:
+    init, client = run.init, run.client
+    if init.resume_run_id:  # same run: params are immutable, so tags record changes
+        run.run_id = init.resume_run_id
+        client.update_run(run.run_id, status="RUNNING")
+        for k, v in job.tags.items():
+            client.set_tag(run.run_id, k, v)
+        hist = client.get_metric_history(run.run_id, "timesteps_total")
+        run.reply(msg.RunStarted(run.run_id, max((m.step for m in hist), default=-1)))
+    else:
+        run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags)
+        run.reply(msg.RunStarted(run.run_id, -1))
+        log_params(client, run.run_id, job.params)
+    _warm_up(run.shared, model=init.log_model)
+    return False
 
-    items = [Param(k, v) for k, v in params.items()]
-    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+def _on_metrics(run: _Run, job: msg.Metrics) -> bool:
+    from mlflow.entities import Metric
+
+    ms = [Metric(k, v, ts, step) for metrics, step, ts in job.rows for k, v in metrics.items()]
+    for i in range(0, len(ms), 1000):
+        run.client.log_batch(run.id, metrics=ms[i : i + 1000])
+    return False
+
+
+def _on_artifacts(run: _Run, job: msg.Artifacts) -> bool:
+    run.client.log_artifacts(run.id, job.local_dir, job.artifact_path)
+    run.reply(msg.Uploaded(job.local_dir))
+    return False
+
+
+def _on_artifact(run: _Run, job: msg.Artifact) -> bool:
+    run.client.log_artifact(run.id, job.local_file, job.artifact_path)
+    return False
+
+
+def _on_model(run: _Run, job: msg.Model) -> bool:
+    """A policy MLflow cannot export costs the model, not the run."""
+    try:
+        from rlrun.export import log_policy_model
+
+        log_policy_model(run.init.uri, run.id, job.checkpoint_dir, job.launch_dir)
+    except Exception as e:
+        text = _one_line(e)[:5000]
+        run.client.set_tag(run.id, "rlrun.model_error", text)
+        print(f"rlrun: warning: the final policy was not logged as an MLflow model: {text}", file=sys.stderr,
+              flush=True)
+    return False
+
+
+def _on_curve(run: _Run, job: msg.Curve) -> bool:
+    log_curve(run.client, run.id, job.points, job.title, job.eval_points)
+    return False
+
+
+def _on_tags(run: _Run, job: msg.Tags) -> bool:
+    for k, v in job.tags.items():
+        run.client.set_tag(run.id, k, v)
+    return False
+
+
+def _on_end(run: _Run, job: msg.End) -> bool:
+    run.client.set_terminated(run.id, job.status)
+    run.reply(msg.Ended())
+    return True
+
+
+HANDLERS: dict[type, Callable[[_Run, Any], bool]] = {
+    msg.Eof: _on_eof, msg.Start: _on_start, msg.Metrics: _on_metrics, msg.Artifacts: _on_artifacts,
+    msg.Artifact: _on_artifact, msg.Model: _on_model, msg.Curve: _on_curve, msg.Tags: _on_tags, msg.End: _on_end,
+}
 
 
 def _warm_up_plotting() -> None:
@@ -300,27 +330,3 @@ def _warm_up_plotting() -> None:
     import matplotlib.pyplot
 
 
-def _log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
-               eval_points: list[tuple[float, float]]) -> None:
-    import tempfile
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
-    if eval_points:
-        ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
-    ax.legend(loc="lower right")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (mean of last 100)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "learning_curve.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        client.log_artifact(run_id, str(path))

@@ -1,19 +1,38 @@
-"""Adam (Kingma & Ba 2015) as one fused kernel call, without torch.optim.
+"""Optimizers by name: rlrun's fused Adam (the default) or any ``torch.optim`` optimizer.
 
-``torch.optim.Optimizer`` imports ``torch._dynamo`` on first use, which costs ~1.3 s of every run's
-start-up here; a CartPole run trains in ~6 s. This class calls the same fused CPU/GPU kernel that
-``torch.optim.Adam(fused=True)`` uses (``torch._fused_adam_``) and falls back to ``torch._foreach``
-math where that kernel is missing. Its state is tensors and numbers only (``weights_only`` safe).
+``algo.optimizer: {name: adam}`` is rlrun's ``Adam`` below; ``{name: SGD, kwargs: {momentum: 0.9}}``
+(any class in ``torch.optim``, or a plugin's ``OPTIMIZERS`` entry) works too. The learning rate is
+always ``algo.lr`` (and its schedule); ``kwargs`` are checked against the optimizer's signature
+before anything runs.
+
+Why an own Adam: ``torch.optim.Optimizer`` imports ``torch._dynamo`` on first use, which costs
+~1.3 s of every run's start-up here; a CartPole run trains in ~6 s. This class calls the same fused
+CPU kernel that ``torch.optim.Adam(fused=True)`` uses (``torch._fused_adam_``) and falls back to
+``torch._foreach`` math where that kernel is missing. Its state is tensors and numbers only
+(``weights_only`` safe).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 import torch
 
+from rlrun.registry import OPTIMIZERS, RegistryError
 
+
+class Optimizer(Protocol):
+    """What a Policy needs of an optimizer (rlrun's Adam and every ``torch.optim`` class have it)."""
+
+    def zero_grad(self) -> None: ...
+    def step(self) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@OPTIMIZERS.register("adam")
 class Adam:
     def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
@@ -65,3 +84,54 @@ class Adam:
         for dst, key in ((self.exp_avg, "exp_avg"), (self.exp_avg_sq, "exp_avg_sq"), (self.steps, "steps")):
             for d, s in zip(dst, state[key], strict=True):
                 d.copy_(s)
+
+
+def optimizer_class(name: str, key: str = "algo.optimizer.name") -> type:
+    """A registered optimizer, else the ``torch.optim`` class of that name."""
+    if name in OPTIMIZERS:
+        return OPTIMIZERS.get(name)
+    cls = getattr(torch.optim, name, None)
+    if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
+        return cls
+    known = [*OPTIMIZERS.names(), *torch_optimizer_names()]
+    from rlrun.errors import suggest
+
+    raise RegistryError(f"{key}: unknown optimizer '{name}'{suggest(name, known)}. "
+                        f"Known optimizers: {', '.join(known)}")
+
+
+def torch_optimizer_names() -> list[str]:
+    return sorted(n for n, c in vars(torch.optim).items()
+                  if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer)
+
+
+def check_optimizer_kwargs(name: str, kwargs: dict[str, Any], key: str = "algo.optimizer.kwargs") -> None:
+    """Refuse keyword arguments the optimizer does not take (``lr`` comes from ``algo.lr``)."""
+    params = inspect.signature(optimizer_class(name)).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    for k in kwargs:
+        if name == "adam" and k == "eps":
+            raise RegistryError(f"{key}.eps: rlrun's adam takes its eps from algo.adam_eps")
+        if k in ("lr", "params") or (k not in params and not takes_any):
+            valid = [p for p in params if p not in ("self", "params", "lr")]
+            raise RegistryError(f"{key}.{k}: optimizer '{name}' takes no '{k}' here; its options: {', '.join(valid)}"
+                                + (" (the learning rate is algo.lr)" if k == "lr" else ""))
+
+
+def make_optimizer(name: str, params: Sequence[torch.Tensor], lr: float, eps: float,
+                   kwargs: dict[str, Any]) -> Optimizer:
+    """The optimizer ``name`` over ``params``; rlrun's Adam takes ``algo.adam_eps`` as its eps."""
+    cls = optimizer_class(name)
+    if cls is Adam:
+        return Adam(params, lr=lr, eps=eps, **kwargs)
+    opt: Optimizer = cls(params, lr=lr, **kwargs)
+    return opt
+
+
+def set_lr(optimizer: Optimizer, lr: float) -> None:
+    """Set the learning rate of rlrun's Adam or of every param group of a ``torch.optim`` optimizer."""
+    if isinstance(optimizer, Adam):
+        optimizer.lr = lr
+        return
+    for group in getattr(optimizer, "param_groups", []):
+        group["lr"] = lr

@@ -1,18 +1,23 @@
-"""Policy: how an agent acts and learns = model + action distribution + loss function.
+"""Policy: how an agent acts and learns = model + action distribution + loss + learner state.
 
-``build_policy(name, loss_fn=..., postprocess_fn=..., stats_fn=...)`` returns a Policy class, so a
-new algorithm's learning rule is a plain function, not a subclass. A loss is
-``loss_fn(policy, model, dist_class, train_batch) -> LossOutput`` where ``train_batch`` maps column
-names to torch tensors (one minibatch). The optimizer step lives in one place: ``apply_gradients``.
+A Policy is built from its algorithm's hooks (``rlrun.algorithm.Algorithm``: postprocess, action
+hook, learner-state factory), a loss function and a ``PolicySpec`` (spaces + typed configs); no
+classes are generated at run time. A loss is ``loss_fn(policy, model, dist_class, train_batch) ->
+LossOutput`` where ``train_batch`` maps column names to torch tensors (one minibatch); it reads typed
+settings with ``policy.config_as(PPOConfig)``, ``policy.loss_config_as(...)`` and
+``policy.state_as(KLState)``. The optimizer step lives in one place: ``apply_gradients``.
+
+Every worker and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs have one
+policy, ``default_policy``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -23,10 +28,11 @@ from rlrun.batch import SampleBatch
 from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
 from rlrun.errors import NonFiniteLossError  # re-exported
-from rlrun.optim import Adam
-from rlrun.postprocessing import explained_variance
+from rlrun.optim import Optimizer, make_optimizer, set_lr
+from rlrun.postprocessing import explained_variance, piecewise
 from rlrun.registry import DISTRIBUTIONS, MODELS
 
+DEFAULT_POLICY_ID = "default_policy"
 TorchBatch = dict[str, torch.Tensor]
 # Batches that come through Ray's object store are read-only numpy views; learning only reads them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -51,10 +57,50 @@ class ActionOutput(NamedTuple):
 LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], LossOutput]
 # (policy, time-major fragment [T, B], last_values [B]) -> fragment with extra columns
 PostprocessFn = Callable[["Policy", SampleBatch, np.ndarray], SampleBatch]
-StatsFn = Callable[["Policy", SampleBatch], dict[str, float]]
 # (policy, obs [B, ...], explore) -> actions; replaces sampling from the action distribution
-ActionFn = Callable[["Policy", np.ndarray, bool], "ActionOutput"]
-InitFn = Callable[["Policy"], None]  # called at the end of Policy.__init__ (e.g. build a target network)
+ActionFn = Callable[["Policy", np.ndarray, bool], ActionOutput]
+C = TypeVar("C")
+
+
+class LearnerState(Protocol):
+    """An algorithm's per-policy learning state (a KL coefficient, a target network, a replay
+    buffer). The policy owns it; the algorithm's hooks update it; checkpoints store ``get_state``."""
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]: ...
+
+    def set_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+class NoState:
+    """The learner state of algorithms that keep none (PG, A2C)."""
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+StateFn = Callable[["Policy"], LearnerState]
+
+
+def no_state(policy: Policy) -> LearnerState:
+    return NoState()
+
+
+class PolicyHooks(Protocol):
+    """What a Policy takes from its algorithm (``rlrun.algorithm.Algorithm`` has these fields)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def postprocess(self) -> PostprocessFn | None: ...
+    @property
+    def compute_actions(self) -> ActionFn | None: ...
+    @property
+    def make_state(self) -> StateFn: ...
+    @property
+    def needs_next_obs(self) -> bool: ...
 
 
 @dataclass
@@ -70,18 +116,14 @@ class PolicySpec:
 
 
 class Policy:
-    """A torch policy. Subclasses are made by ``build_policy``; they set the three class functions."""
+    """A torch policy: one model, one action distribution class, one loss, one optimizer."""
 
-    name: ClassVar[str] = "policy"
-    loss_fn: ClassVar[LossFn]
-    postprocess_fn: ClassVar[PostprocessFn | None] = None
-    stats_fn: ClassVar[StatsFn | None] = None
-    action_fn: ClassVar[ActionFn | None] = None
-    init_fn: ClassVar[InitFn | None] = None
-    needs_next_obs: ClassVar[bool] = False  # workers add a NEXT_OBS column before postprocessing
-
-    def __init__(self, spec: PolicySpec) -> None:
+    def __init__(self, spec: PolicySpec, hooks: PolicyHooks, loss_fn: LossFn,
+                 policy_id: str = DEFAULT_POLICY_ID) -> None:
         self.spec = spec
+        self.policy_id = policy_id
+        self.hooks = hooks
+        self.loss_fn = loss_fn
         self.observation_space = spec.obs_space
         self.action_space = spec.action_space
         self.config = spec.algo
@@ -94,18 +136,37 @@ class Policy:
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
         self._params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = Adam(self._params, lr=spec.algo.lr, eps=spec.algo.adam_eps)
+        opt = spec.algo.optimizer
+        self.optimizer: Optimizer = make_optimizer(opt.name, self._params, spec.algo.lr, spec.algo.adam_eps, opt.kwargs)
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.np_rng = np.random.default_rng(spec.seed)
-        self.global_timestep = 0  # env steps sampled so far; drives schedules
-        if type(self).init_fn is not None:
-            type(self).init_fn(self)  # type: ignore[misc]
+        self.global_timestep = 0  # env steps sampled so far (set by the trainer, sent to workers); drives schedules
+        self.num_rows_trained = 0  # minibatch rows through SGD so far (time/learn_throughput)
+        self.state: LearnerState = hooks.make_state(self)
+
+    @property
+    def needs_next_obs(self) -> bool:
+        """Workers add a NEXT_OBS column before postprocessing (off-policy algos, V-trace)."""
+        return self.hooks.needs_next_obs
+
+    # ------------------------------------------------------------------ typed views
+    def config_as(self, cls: type[C]) -> C:
+        """``policy.config`` as the algorithm's own schema (e.g. ``PPOConfig``), checked."""
+        return _checked(self.config, cls, "algo")
+
+    def loss_config_as(self, cls: type[C]) -> C:
+        """``policy.loss_config`` as the loss's own schema (e.g. ``PPOClipLossConfig``), checked."""
+        return _checked(self.loss_config, cls, "loss")
+
+    def state_as(self, cls: type[C]) -> C:
+        """The learner state as the algorithm's own class (e.g. ``KLState``), checked."""
+        return _checked(self.state, cls, "learner state")
 
     # ------------------------------------------------------------------ acting
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> ActionOutput:
         """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass."""
-        if type(self).action_fn is not None:
-            return type(self).action_fn(self, obs, explore)  # type: ignore[misc]
+        if self.hooks.compute_actions is not None:
+            return self.hooks.compute_actions(self, obs, explore)
         with torch.inference_mode():
             out = self.model(torch.as_tensor(obs))
             dist = self.dist_class(out.dist_inputs)
@@ -120,51 +181,25 @@ class Policy:
 
     def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
         """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``)."""
-        fn = type(self).postprocess_fn
+        fn = self.hooks.postprocess
         return fragment if fn is None else fn(self, fragment, last_values)
 
     # ------------------------------------------------------------------ learning
     def current_lr(self) -> float:
         sched = self.config.lr_schedule
-        if not sched:
-            return self.config.lr
-        xs = [p[0] for p in sched]
-        ys = [p[1] for p in sched]
-        return float(np.interp(self.global_timestep, xs, ys))
+        return piecewise(sched, self.global_timestep) if sched else self.config.lr
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """``num_sgd_iter`` passes over ``batch`` in minibatches; returns averaged stats."""
         lr = self.current_lr()
-        self.optimizer.lr = lr
-        tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
-        n = len(batch)
-        mb = self.config.sgd_minibatch_size or n
+        set_lr(self.optimizer, lr)
         sums: dict[str, float] = {}
         steps = 0
         self.model.train()
-        for _ in range(self.config.num_sgd_iter):
-            perm = torch.randperm(n, generator=self.generator) if mb < n else None
-            for start in range(0, n, mb):
-                if perm is None:
-                    mbatch = tb
-                else:
-                    idx = perm[start : start + mb]
-                    mbatch = {k: v[idx] for k, v in tb.items()}
-                out = type(self).loss_fn(self, self.model, self.dist_class, mbatch)
-                total = float(out.total.detach())
-                if not math.isfinite(total):  # stop before the step: the weights stay as they were
-                    raise NonFiniteLossError(
-                        f"loss/total is {total} at env step {self.global_timestep:,} (algo.lr {lr:g}); the policy was "
-                        "not updated. A smaller algo.lr or an algo.grad_clip usually helps"
-                    )
-                grad_norm = self.apply_gradients(out.total)
-                sums["loss/total"] = sums.get("loss/total", 0.0) + total
-                for k, v in out.terms.items():
-                    _accumulate(sums, f"loss/{k}", v)
-                for k, v in out.stats.items():
-                    _accumulate(sums, f"train/{k}", v)
-                _accumulate(sums, "train/grad_norm", grad_norm)
-                steps += 1
+        for mbatch in self._minibatches(batch):
+            for k, v in self.learn_on_minibatch(mbatch, lr).items():
+                sums[k] = sums.get(k, 0.0) + v
+            steps += 1
         stats = {k: v / steps for k, v in sums.items()}
         stats["train/lr"] = lr
         stats["train/num_sgd_steps"] = float(steps)
@@ -172,8 +207,37 @@ class Policy:
             stats["train/explained_variance"] = explained_variance(
                 batch[SampleBatch.VF_PREDS], batch[SampleBatch.VALUE_TARGETS]
             )
-        if type(self).stats_fn is not None:
-            stats.update(type(self).stats_fn(self, batch))  # type: ignore[misc]
+        return stats
+
+    def _minibatches(self, batch: SampleBatch) -> Iterator[TorchBatch]:
+        """``num_sgd_iter`` epochs of shuffled ``sgd_minibatch_size`` minibatches (the whole batch
+        at once, unshuffled, when the minibatch size is the batch)."""
+        tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
+        n = len(batch)
+        mb = self.config.sgd_minibatch_size or n
+        for _ in range(self.config.num_sgd_iter):
+            if mb >= n:
+                yield tb
+                continue
+            perm = torch.randperm(n, generator=self.generator)
+            for start in range(0, n, mb):
+                idx = perm[start : start + mb]
+                yield {k: v[idx] for k, v in tb.items()}
+
+    def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
+        """One loss evaluation and optimizer step; its stats (``loss/*``, ``train/*``), not averaged."""
+        out = self.loss_fn(self, self.model, self.dist_class, mbatch)
+        total = float(out.total.detach())
+        if not math.isfinite(total):  # stop before the step: the weights stay as they were
+            raise NonFiniteLossError(
+                f"loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
+                f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. A smaller algo.lr or "
+                "an algo.grad_clip usually helps"
+            )
+        stats = {"loss/total": total, "train/grad_norm": self.apply_gradients(out.total)}
+        stats.update({f"loss/{k}": _num(v) for k, v in out.terms.items()})
+        stats.update({f"train/{k}": _num(v) for k, v in out.stats.items()})
+        self.num_rows_trained += len(next(iter(mbatch.values()))) if mbatch else 0
         return stats
 
     def apply_gradients(self, loss: torch.Tensor) -> float:
@@ -193,49 +257,34 @@ class Policy:
         # torch.tensor copies: weights from Ray's object store are read-only views
         self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
-    def get_state(self) -> dict[str, Any]:
-        """Weights, optimizer state and counters: tensors and plain numbers only (``weights_only`` safe)."""
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        """Weights, optimizer, counters, RNGs and the learner state: tensors and plain data only
+        (``weights_only`` safe). ``include_buffers``: also replay buffers (large)."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "global_timestep": self.global_timestep,
+            "rng": {"torch": self.generator.get_state(), "numpy": self.np_rng.bit_generator.state},
+            "learner": self.state.get_state(include_buffers),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.global_timestep = int(state["global_timestep"])
+        self.generator.set_state(state["rng"]["torch"])
+        self.np_rng.bit_generator.state = state["rng"]["numpy"]
+        self.state.set_state(state.get("learner") or {})
 
 
-def _accumulate(sums: dict[str, float], key: str, value: torch.Tensor | float) -> None:
-    sums[key] = sums.get(key, 0.0) + float(value.detach() if isinstance(value, torch.Tensor) else value)
+PolicyMap = dict[str, Policy]  # policy id -> Policy, on every worker and on the learner
 
 
-def build_policy(
-    name: str,
-    *,
-    loss_fn: LossFn,
-    postprocess_fn: PostprocessFn | None = None,
-    stats_fn: StatsFn | None = None,
-    action_fn: ActionFn | None = None,
-    init_fn: InitFn | None = None,
-    needs_next_obs: bool = False,
-) -> type[Policy]:
-    """A Policy class whose learning rule is ``loss_fn`` (functional API, no subclassing needed).
+def _checked(obj: Any, cls: type[C], what: str) -> C:
+    if not isinstance(obj, cls):
+        raise TypeError(f"{what} is a {type(obj).__name__}, this code needs a {cls.__name__}")
+    return obj
 
-    ``action_fn`` replaces sampling from the action distribution (e.g. epsilon-greedy on Q-values);
-    ``init_fn`` runs after construction; ``needs_next_obs`` asks workers for a NEXT_OBS column.
-    """
-    def static(fn: Any) -> Any:
-        return staticmethod(fn) if fn is not None else None
 
-    attrs = {
-        "name": name,
-        "loss_fn": staticmethod(loss_fn),
-        "postprocess_fn": static(postprocess_fn),
-        "stats_fn": static(stats_fn),
-        "action_fn": static(action_fn),
-        "init_fn": static(init_fn),
-        "needs_next_obs": needs_next_obs,
-    }
-    return type(f"{name.title().replace('_', '')}Policy", (Policy,), attrs)
+def _num(value: torch.Tensor | float) -> float:
+    return float(value.detach() if isinstance(value, torch.Tensor) else value)

@@ -8,9 +8,13 @@ limit cut it: the next value is V(final observation) and we bootstrap from it). 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import torch
+
+from rlrun.batch import SampleBatch as SB
 
 
 class GaeResult(NamedTuple):
@@ -158,3 +162,36 @@ def vtrace(
     vs_next = np.where(ends, next_values, np.r_[vs[1:], 0.0])
     pg_adv = rho_bar * (rewards + gamma * not_term * vs_next - values)
     return VTraceResult(vs.astype(np.float32), pg_adv.astype(np.float32))
+
+
+def fragment_ends(frag: SB) -> np.ndarray:
+    """``[T, B]`` bool: rows after which the return recursion stops (episode end or fragment cut)."""
+    ends = frag[SB.TERMINATEDS] | frag[SB.TRUNCATEDS]
+    ends[-1] = True
+    return ends
+
+
+def add_gae(fragment: SB, last_values: np.ndarray, gamma: float, lam: float) -> SB:
+    """ADVANTAGES and VALUE_TARGETS columns by GAE on a time-major fragment ``[T, B]``.
+
+    ``next_values`` is the next row's V(s); at a truncation that row is the dummy autoreset step,
+    whose V was computed on the final observation; ``last_values`` ``[B]`` bootstraps the cut."""
+    values = fragment[SB.VF_PREDS]
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    res = compute_gae(fragment[SB.REWARDS], values, next_values, fragment[SB.TERMINATEDS], fragment_ends(fragment),
+                      gamma, lam)
+    fragment[SB.ADVANTAGES] = res.advantages
+    fragment[SB.VALUE_TARGETS] = res.value_targets
+    return fragment
+
+
+def normalize_advantages(adv: torch.Tensor) -> torch.Tensor:
+    """Standardise over the (mini)batch: zero mean, unit std; one row is returned unchanged."""
+    if adv.numel() < 2:
+        return adv
+    return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+
+def piecewise(schedule: Sequence[Sequence[float]], t: float) -> float:
+    """A piecewise-linear schedule ``[[t0, v0], [t1, v1], ...]`` at ``t`` (held flat past the ends)."""
+    return float(np.interp(t, [p[0] for p in schedule], [p[1] for p in schedule]))

@@ -1,19 +1,19 @@
-"""Name -> object registries: algos, losses, models, envs, action distributions.
+"""Name -> object registries: algos, losses, models, envs, action distributions, optimizers.
 
 YAML names objects (``algo: {name: ppo}``, ``loss: {name: ppo_clip}``); this module turns names into
-objects. User code adds entries by being imported: list its module under ``plugins:`` in the config.
-An unknown name fails with the known names and a "did you mean" suggestion.
+objects. A leaf: it imports nothing of rlrun's but the error helpers. Built-in entries register when
+their module is imported (``rlrun.plugins.load_builtins`` imports them); user code adds entries by
+being imported too: list its module under ``plugins:`` in the config. An unknown name fails with the
+known names and a "did you mean" suggestion.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Generic, TypeVar
+
+from rlrun.errors import suggest as suggest  # re-exported: callers import it from here
 
 T = TypeVar("T")
 
@@ -23,12 +23,6 @@ class RegistryError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-def suggest(name: str, known: Sequence[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest known name, or an empty string."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 @dataclass(frozen=True)
@@ -106,38 +100,4 @@ LOSSES: Registry[Any] = Registry("loss")
 MODELS: Registry[Any] = Registry("model")
 ENVS: Registry[Any] = Registry("env")
 DISTRIBUTIONS: Registry[Any] = Registry("action distribution")
-
-_BUILTINS_LOADED = False
-
-
-def load_builtins() -> None:
-    """Import rlrun's own modules that register entries (idempotent, cheap after the first call)."""
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from rlrun import distributions, envs, models  # noqa: F401
-    from rlrun.algos import a2c, appo, dqn, pg, ppo  # noqa: F401
-
-
-def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ()) -> None:
-    """Import user modules (``plugins:`` in YAML) so their ``register`` calls run.
-
-    ``search_dirs`` (normally the launch directory) is put on ``sys.path`` first, so a
-    ``my_losses.py`` next to where ``rlrun`` was started can be named as ``my_losses``.
-    """
-    load_builtins()
-    for d in search_dirs:
-        d = str(Path(d).resolve())
-        if d not in sys.path:
-            sys.path.insert(0, d)
-    for i, mod in enumerate(modules):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name and mod.startswith(e.name):
-                raise RegistryError(
-                    f"plugins[{i}]: cannot import module '{mod}' (looked on sys.path, including "
-                    f"{', '.join(str(d) for d in search_dirs) or 'the current directory'})"
-                ) from None
-            raise
+OPTIMIZERS: Registry[Any] = Registry("optimizer")

@@ -165,7 +165,7 @@ def write_report(parent_run_id: str, tracking_uri: str, out_dir: str | Path, log
 
 def main(argv: list[str] | None = None) -> None:
     """``rlrun-report <sweep dir | parent run id> [tracking_uri=...]``"""
-    from rlrun.sweep import read_sweep_info
+    from rlrun.sweep_info import read_sweep_info
     from rlrun.tracking import default_tracking_uri
 
     argv = sys.argv[1:] if argv is None else argv

@@ -19,12 +19,14 @@ from typing import Any
 import torch
 import yaml
 
-from rlrun.checkpoint import check_resumable, load_checkpoint, resolve_resume, save_checkpoint
-from rlrun.config import STOP_COUNTERS, RunConfig, build_config, to_dict
-from rlrun.registry import ALGOS, load_plugins
-from rlrun.sweep import SweepJob
+from rlrun.checkpoint import Checkpoint, check_resumable, load_checkpoint, resolve_resume, save_checkpoint
+from rlrun.config import RunConfig, build_config, to_dict
+from rlrun.metrics import STOP_COUNTERS
+from rlrun.plugins import load_plugins
+from rlrun.sweep_info import SweepJob
 from rlrun.tracking import (
     ProgressLine,
+    Tracker,
     TrackingError,
     default_tracking_uri,
     git_sha,
@@ -32,6 +34,7 @@ from rlrun.tracking import (
     params_from_config,
     version_tags,
 )
+from rlrun.trainer import Trainer
 
 
 @dataclass
@@ -64,33 +67,75 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
     makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
-    launch = Path(launch_dir or os.getcwd()).resolve()
-    if not isinstance(cfg, RunConfig):
-        plugins = cfg.get("plugins") or []
-        load_plugins(list(plugins), search_dirs=[launch])
-        cfg = build_config(dict(cfg))
-    else:
+    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
+    try:
+        ctx.trainer = make_trainer_from(ctx.cfg, ctx.launch)
+        if ctx.resumed:
+            ctx.trainer.set_state(ctx.resumed.state)
+            ctx.tracker.wait_started()  # learn which env steps MLflow already holds
+        if ctx.trainer.workers.ray_address:
+            ctx.tracker.set_tags({"ray.address": ctx.trainer.workers.ray_address})
+        _loop(ctx, ctx.trainer)
+        ctx.status = "FINISHED"
+    except KeyboardInterrupt:
+        ctx.status, ctx.reason = "KILLED", "interrupted (Ctrl-C)"
+        raise
+    except BaseException as e:
+        ctx.reason = f"failed: {type(e).__name__}: {e}"
+        with contextlib.suppress(TrackingError):  # a broken tracker must not hide the real error
+            ctx.tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
+        raise
+    finally:
+        _finish(ctx)
+    return RunResult(ctx.result, ctx.reason, target_met(ctx.cfg.stop, ctx.result), ctx.checkpoint,
+                     ctx.out_dir, ctx.tracker.run_id, ctx.history)
+
+
+@dataclass
+class _RunContext:
+    """What the three steps of a run share."""
+
+    cfg: RunConfig
+    launch: Path
+    out_dir: Path
+    config_dict: dict[str, Any]
+    tracker: Tracker
+    sweep: SweepJob | None
+    resumed: Checkpoint | None
+    progress: ProgressLine
+    trainer: Trainer | None = None
+    result: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    reason: str = "not started"
+    status: str = "FAILED"
+    checkpoint: Path = Path()
+
+
+def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
+    if isinstance(cfg, RunConfig):
         load_plugins(cfg.plugins, search_dirs=[launch])
+        return cfg
+    load_plugins(list(cfg.get("plugins") or []), search_dirs=[launch])
+    return build_config(dict(cfg))
+
+
+def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None) -> _RunContext:
+    """Validate, write the resolved config, check a resume, start the MLflow run."""
+    cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else Path(tempfile.mkdtemp(prefix="rlrun-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
-
-    experiment = cfg.experiment or "default"
-    resumed, changes = None, {}
+    resumed, changes, resume_path = None, {}, None
     if cfg.resume:  # resolved and checked before anything starts
         uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
         resume_path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from")
         resumed = load_checkpoint(resume_path)
         changes = check_resumable(resumed.config, config_dict, resume_path)
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
-    tracker = make_tracker(cfg.tracking, launch, experiment, resume_run_id)
-    tags = {
-        "rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
-        "rlrun.experiment": experiment, "rlrun.seed": str(cfg.seed),
-        "mlflow.source.git.commit": (sha := git_sha(launch)), "git_sha": sha, **version_tags(),
-    }
+    tracker = make_tracker(cfg.tracking, launch, cfg.experiment or "default", resume_run_id)
+    tags = _run_tags(cfg, launch)
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
         tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
@@ -100,58 +145,51 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     if sweep is not None:
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
+    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, ProgressLine(cfg.progress),
+                       checkpoint=out_dir / "checkpoints")
 
-    progress = ProgressLine(cfg.progress)
-    trainer = None
-    result: dict[str, float] = {}
-    history: list[dict[str, float]] = []
-    reason = "not started"
-    status = "FAILED"
-    ckpt = out_dir / "checkpoints"
+
+def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
+    sha = git_sha(launch)
+    return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
+            "rlrun.experiment": cfg.experiment or "default", "rlrun.seed": str(cfg.seed),
+            "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags()}
+
+
+def _loop(ctx: _RunContext, trainer: Trainer) -> None:
+    """Iterate until a stop criterion is met: metrics to MLflow, progress, periodic checkpoints."""
+    cfg = ctx.cfg
+    while True:
+        ctx.result = trainer.train()
+        ctx.history.append(ctx.result)
+        ctx.tracker.check()
+        ctx.tracker.log_metrics(ctx.result, step=int(ctx.result["timesteps_total"]))
+        ctx.progress.update(ctx.result)
+        every = cfg.checkpoint.every_n_iters
+        if every and trainer.iteration % every == 0:
+            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker)
+        met = stop_reason(cfg.stop, ctx.result)
+        if met:
+            ctx.reason = met
+            return
+
+
+def _finish(ctx: _RunContext) -> None:
+    """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
+    ctx.progress.close(ctx.result or None, ctx.reason)
+    trainer = ctx.trainer
     try:
-        trainer = ALGOS.get(cfg.algo.name, "algo.name")(cfg, launch)
-        if resumed:
-            trainer.set_state(resumed.state)
-            tracker.wait_started()  # learn which env steps MLflow already holds
-        if trainer.workers.ray_address:
-            tracker.set_tags({"ray.address": trainer.workers.ray_address})
-        while True:
-            result = trainer.train()
-            history.append(result)
-            tracker.check()
-            tracker.log_metrics(result, step=int(result["timesteps_total"]))
-            progress.update(result)
-            every = cfg.checkpoint.every_n_iters
-            if every and trainer.iteration % every == 0:
-                write_checkpoint(trainer, cfg, result, out_dir, config_dict, tracker)
-            met = stop_reason(cfg.stop, result)
-            if met:
-                reason = met
-                break
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status, reason = "KILLED", "interrupted (Ctrl-C)"
-        raise
-    except BaseException as e:
-        reason = f"failed: {type(e).__name__}: {e}"
-        with contextlib.suppress(TrackingError):  # a broken tracker must not hide the real error
-            tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
-        raise
+        if trainer is not None and trainer.iteration > 0:
+            ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker)
+            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
+                ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
+            _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
     finally:
-        progress.close(result or None, reason)
-        try:
-            if trainer is not None and trainer.iteration > 0:
-                ckpt = write_checkpoint(trainer, cfg, result, out_dir, config_dict, tracker)
-                if status == "FINISHED" and cfg.tracking.log_model:
-                    tracker.log_model(ckpt, launch)
-                _describe_run(cfg, history, reason, tracker)
-        finally:
-            if trainer is not None:
-                trainer.stop()
-            if sweep is not None and sweep.log_file is not None:
-                tracker.log_artifact(sweep.log_file)
-            tracker.end(status)
-    return RunResult(result, reason, target_met(cfg.stop, result), ckpt, out_dir, tracker.run_id, history)
+        if trainer is not None:
+            trainer.stop()
+        if ctx.sweep is not None and ctx.sweep.log_file is not None:
+            ctx.tracker.log_artifact(ctx.sweep.log_file)
+        ctx.tracker.end(ctx.status)
 
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
@@ -170,7 +208,7 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
     tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
 
 
-def write_checkpoint(trainer: Any, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
+def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
                      config_dict: dict[str, Any], tracker: Any) -> Path:
     """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
     ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op."""
@@ -190,15 +228,20 @@ def write_checkpoint(trainer: Any, cfg: RunConfig, result: Mapping[str, float], 
     return path
 
 
-def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | None = None) -> Any:
+def make_trainer_from(cfg: RunConfig, launch_dir: str | Path | None = None) -> Trainer:
+    """A Trainer for a validated config (plugins imported)."""
+    return Trainer(cfg, launch_dir)
+
+
+def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | None = None) -> Trainer:
     """A ready Trainer for ``rlrun <overrides>`` without running it (notebooks, debugging)::
 
         from rlrun import make_trainer
         trainer = make_trainer(["+experiment=ppo_cartpole"])
         print(trainer.workers.local_worker.sample())   # a SampleBatch summary
     """
-    from rlrun.cli import compose
+    from rlrun.compose import compose
 
     cfg = compose(list(overrides or []), str(launch_dir or os.getcwd()))
     torch.set_num_threads(cfg.torch_threads)
-    return ALGOS.get(cfg.algo.name)(cfg, launch_dir)
+    return make_trainer_from(cfg, launch_dir)

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from rlrun.registry import suggest
+from rlrun.errors import suggest
 
 
 class ConfigError(ValueError):

@@ -13,7 +13,6 @@ so the sweep goes on (Optuna records NaN as a failed trial). At the end the pare
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import threading
@@ -25,28 +24,8 @@ from typing import Any, TextIO
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-SWEEP_FILE = "rlrun_sweep.json"
-STEPS_TO_TARGET = "steps_to_target"  # objective: env steps when the stop target was met, else inf
-
-
-@dataclass
-class SweepInfo:
-    parent_run_id: str
-    tracking_uri: str
-    experiment_name: str
-    launch_dir: str
-    sweep_dir: str
-    writer_address: str | None = None  # Unix socket of the sweep's shared MLflow writer (same machine)
-
-
-@dataclass
-class SweepJob:
-    """What ``run()`` needs to make a job's MLflow run a child of the sweep."""
-
-    info: SweepInfo
-    tags: dict[str, str]
-    log_file: Path | None = None
-    recorded: bool = False  # set by run() once its MLflow run exists (it then records any failure)
+from rlrun import writer_messages as msg
+from rlrun.sweep_info import SWEEP_FILE, SweepInfo, SweepJob, read_sweep_info
 
 
 @dataclass
@@ -182,72 +161,22 @@ def _create_parent(config: DictConfig, target: tuple[str, str, str | None], swee
 
 
 def _in_writer(address: str | None, name: str, kwargs: dict[str, Any]) -> Any:
-    """``name(**kwargs)`` (one of WRITER_CALLS) in the sweep's shared MLflow writer, which has mlflow
-    imported already (so the driver never imports it), or here when there is none."""
+    """``name(**kwargs)`` (one of ``mlflow_runs.WRITER_CALLS``) in the sweep's shared MLflow writer,
+    which has mlflow imported already (so the driver never imports it), or here when there is none."""
     if address is None:
+        from rlrun.mlflow_runs import WRITER_CALLS
+
         return WRITER_CALLS[name](**kwargs)
     from multiprocessing.connection import Client
 
     with Client(address, family="AF_UNIX") as conn:
-        conn.send(("call", name, kwargs))
-        kind, value = conn.recv()
-    if kind == "error":
+        conn.send(msg.Call(name, kwargs))
+        reply = conn.recv()
+    if isinstance(reply, msg.Error):
         from rlrun.tracking import TrackingError
 
-        raise TrackingError(f"MLflow ({kwargs.get('uri')}): {value}")
-    return value
-
-
-def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
-                      tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
-    """The sweep's parent run (and the store and experiment, once, before any job); its id."""
-    from mlflow.tracking import MlflowClient
-
-    from rlrun.mlflow_writer import create_run, log_params
-
-    client = MlflowClient(tracking_uri=uri)
-    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
-    log_params(client, run_id, params)
-    for f in files:
-        client.log_artifact(run_id, f)
-    return run_id
-
-
-def close_parent_run(uri: str, parent_run_id: str, sweep_dir: str) -> dict[str, Any]:
-    """The summary (files, artifacts), Optuna's best parameters, the parent's final status. Returns
-    the text to print and the jobs' outcome."""
-    import contextlib
-    import io
-
-    from mlflow.tracking import MlflowClient
-
-    from rlrun.report import write_report
-
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        summary = write_report(parent_run_id, uri, sweep_dir)
-        client = MlflowClient(tracking_uri=uri)
-        best = Path(sweep_dir) / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
-        if best.is_file():
-            client.log_artifact(parent_run_id, str(best))
-            res = OmegaConf.to_container(OmegaConf.load(best))
-            if isinstance(res, dict) and "best_params" in res:
-                client.set_tag(parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
-                client.set_tag(parent_run_id, "rlrun.best_value", str(res.get("best_value")))
-                print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})")
-    failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
-    all_failed = bool(summary.rows) and len(failed) == len(summary.rows)
-    client.set_terminated(parent_run_id, "FAILED" if all_failed else "FINISHED")
-    return {"text": text.getvalue(), "total": len(summary.rows), "failed": failed}
-
-
-def end_parent_run(uri: str, parent_run_id: str, status: str) -> None:
-    from mlflow.tracking import MlflowClient
-
-    MlflowClient(tracking_uri=uri).set_terminated(parent_run_id, status)
-
-
-WRITER_CALLS = {f.__name__: f for f in (create_parent_run, close_parent_run, end_parent_run)}
+        raise TrackingError(f"MLflow ({kwargs.get('uri')}): {reply.message}")
+    return reply.value
 
 
 def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
@@ -273,7 +202,7 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
 
 def warm_worker(writer_address: str | None) -> None:
     """In a Ray worker: import what a job needs and connect to the MLflow writer."""
-    import rlrun.cli
+    import rlrun.compose
     import rlrun.run  # noqa: F401
     from rlrun.tracking import _IDLE_WRITERS, _take_writer, use_shared_writer
 
@@ -303,21 +232,6 @@ def end_interrupted_sweep() -> None:
                        {"uri": info.tracking_uri, "parent_run_id": info.parent_run_id, "status": "KILLED"})
     finally:
         _stop_shared_writer()
-
-
-def read_sweep_info(sweep_dir: str | Path) -> SweepInfo | None:
-    path = Path(sweep_dir) / SWEEP_FILE
-    if not path.is_file():
-        return None
-    return SweepInfo(**json.loads(path.read_text()))
-
-
-def objective_value(name: str, result: Any) -> float:
-    """The job's return value for sweepers: a reported metric, or ``steps_to_target``."""
-    if name == STEPS_TO_TARGET:
-        return float(result.metrics["timesteps_total"]) if result.target_met else math.inf
-    value = result.metrics.get(name)
-    return float(value) if value is not None else math.nan
 
 
 class Tee:

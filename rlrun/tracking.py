@@ -20,9 +20,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from rlrun import writer_messages as msg
 from rlrun.config import TrackingConfig
+from rlrun.writer_messages import MetricRow
 
-MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 MAX_PARAM_VALUE = 6000  # MLflow's param value length limit (characters)
 MAX_PARAM_KEY = 250
 
@@ -154,23 +155,23 @@ class MlflowTracker(Tracker):
         self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
         self.experiment_name = cfg.experiment_name or experiment_name
         self.run_id: str | None = None
-        self._pending: list[tuple[dict[str, float], int, int]] = []
+        self._pending: list[MetricRow] = []
         self._uploaded: set[str] = set()
         self._last_flush = 0.0
         self._ended = False
         self._writer = _take_writer()
         self._conn = self._writer.conn
-        self._send(("init", self.uri, self.artifact_location, self.experiment_name, cfg.run_name,
-                    resume_run_id, cfg.log_model))
+        self._send(msg.Init(self.uri, self.artifact_location, self.experiment_name, cfg.run_name, resume_run_id,
+                            cfg.log_model))
 
-    def _send(self, msg: tuple[Any, ...]) -> None:
+    def _send(self, message: Any) -> None:
         try:
-            self._conn.send(msg)
+            self._conn.send(message)
         except OSError as e:
             raise TrackingError(f"MLflow tracking process is gone ({self.uri}): {e}") from None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
-        self._send(("start", dict(params), dict(tags)))
+        self._send(msg.Start(dict(params), dict(tags)))
 
     def wait_started(self, timeout: float = 120.0) -> str | None:
         """Block until the MLflow run exists; returns its id."""
@@ -192,34 +193,35 @@ class MlflowTracker(Tracker):
 
     def _flush(self) -> None:
         if self._pending:
-            self._send(("metrics", self._pending))
+            self._send(msg.Metrics(self._pending))
             self._pending = []
         self._last_flush = time.monotonic()
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
         self._flush()
-        self._send(("artifacts", str(local_dir), artifact_path))
+        self._send(msg.Artifacts(str(local_dir), artifact_path))
 
     def log_artifact(self, local_file: str | Path, artifact_path: str | None = None) -> None:
         self._flush()
-        self._send(("artifact", str(local_file), artifact_path))
+        self._send(msg.Artifact(str(local_file), artifact_path))
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        self._send(("tags", dict(tags)))
+        self._send(msg.Tags(dict(tags)))
 
-    def _poll(self, block_s: float = 0.0) -> list[str]:
-        kinds = []
+    def _poll(self, block_s: float = 0.0) -> list[type]:
+        """Handle the writer's replies that have arrived (waiting up to ``block_s`` for the first)."""
+        kinds: list[type] = []
         try:
             while self._conn.poll(block_s):
                 block_s = 0.0
-                kind, value = self._conn.recv()
-                kinds.append(kind)
-                if kind == "run_id":
-                    self.run_id, self._skip_through_step = value
-                elif kind == "uploaded":
-                    self._uploaded.add(value)
-                elif kind == "error":
-                    raise TrackingError(f"MLflow tracking failed ({self.uri}): {value}")
+                reply = self._conn.recv()
+                kinds.append(type(reply))
+                if isinstance(reply, msg.RunStarted):
+                    self.run_id, self._skip_through_step = reply.run_id, reply.last_step
+                elif isinstance(reply, msg.Uploaded):
+                    self._uploaded.add(reply.local_dir)
+                elif isinstance(reply, msg.Error):
+                    raise TrackingError(f"MLflow tracking failed ({self.uri}): {reply.message}")
         except (EOFError, OSError):
             if not self._ended:
                 raise TrackingError(
@@ -231,10 +233,10 @@ class MlflowTracker(Tracker):
                            eval_points: list[tuple[float, float]] | None = None) -> None:
         def clean(ps: list[tuple[float, float]]) -> list[tuple[float, float]]:
             return [(float(x), float(y)) for x, y in ps if math.isfinite(y)]
-        self._send(("curve", clean(points), title, clean(eval_points or [])))
+        self._send(msg.Curve(clean(points), title, clean(eval_points or [])))
 
     def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path) -> None:
-        self._send(("model", str(checkpoint_dir), str(launch_dir)))
+        self._send(msg.Model(str(checkpoint_dir), str(launch_dir)))
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         self._poll()
@@ -250,11 +252,11 @@ class MlflowTracker(Tracker):
         error: TrackingError | None = None
         try:
             self._flush()
-            self._send(("end", status))
+            self._send(msg.End(status))
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 try:
-                    if "ended" in self._poll(block_s=0.2):
+                    if msg.Ended in self._poll(block_s=0.2):
                         break
                 except TrackingError as e:
                     error = error or e

@@ -12,19 +12,14 @@ healthy workers. Past ``max_worker_restarts`` restarts the run stops with ``Work
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
-
-import gymnasium as gym
 
 from rlrun.batch import SampleBatch
 from rlrun.config import RunConfig
 from rlrun.errors import RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
-from rlrun.policy import Policy
 from rlrun.ray_instance import init_ray, shutdown_ray
-from rlrun.workers import EpisodeStats, RolloutWorker, WorkerSpec
+from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerSpec
 
-PolicyFactory = Callable[[gym.Space, gym.Space], Policy]
 RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
 
 
@@ -39,7 +34,8 @@ class WorkerSet:
     def __init__(self, cfg: RunConfig, policy_factory: PolicyFactory) -> None:
         self.cfg = cfg
         self.policy_factory = policy_factory
-        self.launch_dir = getattr(policy_factory, "launch_dir", None)
+        self.launch_dir = policy_factory.launch_dir
+        self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
         self.local_worker = RolloutWorker(self._spec(cfg.seed, 0), policy_factory)
         self.num_workers = cfg.rollout.num_workers
         self.num_worker_restarts = 0
@@ -218,13 +214,16 @@ class WorkerSet:
     _ref: Any = None
 
     def _timestep(self) -> int:
-        return int(self.local_worker.policy.global_timestep)
+        return self.global_timestep
 
-    def sync_weights(self, broadcast: bool = True) -> None:
+    def sync_weights(self, global_timestep: int | None = None, broadcast: bool = True) -> None:
         """Put the learner's weights in the object store once and send the reference to every
         remote worker (actor calls run in order, so the next sample() sees them). With
         ``broadcast=False`` (async sampling) the weights are only marked stale; ``sample_async``
-        puts them once and hands them to workers as their fragments come in."""
+        puts them once and hands them to workers as their fragments come in. ``global_timestep``
+        (env steps sampled so far) goes with them: it drives the workers' schedules."""
+        if global_timestep is not None:
+            self.global_timestep = global_timestep
         if not self._remote:
             return  # the local worker shares the learner's policy object
         self._ref = None

@@ -9,22 +9,46 @@ episode's final observation, is exactly the bootstrap value a truncated episode 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlrun.algorithm import get_algorithm
 from rlrun.batch import SampleBatch
-from rlrun.config import EnvConfig, RolloutConfig
+from rlrun.config import EnvConfig, RolloutConfig, RunConfig
 from rlrun.envs import make_vector_env
-from rlrun.policy import Policy
-from rlrun.registry import load_plugins
+from rlrun.plugins import load_plugins
+from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
+from rlrun.postprocessing import fragment_ends as fragment_ends  # re-exported
+from rlrun.registry import LOSSES
 
 SB = SampleBatch
 VALID = "valid"  # time-major fragments only: False on dummy autoreset rows and dropped tails
+
+
+@dataclass
+class PolicyFactory:
+    """Builds a run's policy map from names: plain data, so it travels to Ray actors, where it
+    imports the run's plugins before reading the registries."""
+
+    cfg: RunConfig
+    launch_dir: str
+
+    def __call__(self, obs_space: gym.Space, action_space: gym.Space) -> PolicyMap:
+        c = self.cfg
+        load_plugins(c.plugins, search_dirs=[self.launch_dir])
+        algo = get_algorithm(c.algo.name)
+        spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed)
+        return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
+
+
+def make_policy_factory(cfg: RunConfig, launch_dir: str | Path | None = None) -> PolicyFactory:
+    return PolicyFactory(cfg, str(Path(launch_dir or os.getcwd()).resolve()))
 
 
 class EpisodeStats(NamedTuple):
@@ -47,7 +71,7 @@ class WorkerSpec:
 class RolloutWorker:
     """Samples fragments of ``rollout_fragment_length`` steps per sub-env with batched inference."""
 
-    def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], Policy]) -> None:
+    def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], PolicyMap]) -> None:
         self.spec = spec
         if spec.plugins or spec.worker_index > 0:
             load_plugins(list(spec.plugins), search_dirs=[spec.launch_dir] if spec.launch_dir else [])
@@ -61,10 +85,12 @@ class RolloutWorker:
         self._box = isinstance(self.action_space, gym.spaces.Box)
         self._low = getattr(self.action_space, "low", None)
         self._high = getattr(self.action_space, "high", None)
-        self.policy = policy_factory(self.obs_space, self.action_space)
-        if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (DESIGN: Ray hygiene)
+        self.policy_map: PolicyMap = policy_factory(self.obs_space, self.action_space)
+        self.policy: Policy = self.policy_map[DEFAULT_POLICY_ID]
+        if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (small MLPs)
             torch.set_num_threads(1)
-            self.policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
+            for policy in self.policy_map.values():
+                policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
         # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
         self.obs, _ = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
         n = self.num_envs
@@ -191,14 +217,17 @@ class RolloutWorker:
         out, self._episodes = self._episodes, EpisodeStats([], [])
         return out
 
-    def get_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.get_weights()
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{policy_id: weights}`` of every policy on this worker."""
+        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
 
-    def set_weights(self, weights: dict[str, np.ndarray], global_timestep: int | None = None) -> None:
-        """New policy weights, and the learner's env-step count (it drives schedules such as epsilon)."""
-        self.policy.set_weights(weights)
-        if global_timestep is not None:
-            self.policy.global_timestep = global_timestep
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
+        """New weights per policy id, and the learner's env-step count (it drives schedules such as epsilon)."""
+        for pid, w in weights.items():
+            policy = self.policy_map[pid]
+            policy.set_weights(w)
+            if global_timestep is not None:
+                policy.global_timestep = global_timestep
 
     def stop(self) -> None:
         self.env.close()
@@ -216,10 +245,3 @@ def flatten_fragment(frag: SampleBatch) -> SampleBatch:
         if k != VALID:
             dict.__setitem__(out, k, np.swapaxes(v, 0, 1)[valid])
     return out
-
-
-def fragment_ends(frag: SampleBatch) -> np.ndarray:
-    """``[T, B]`` bool: rows after which the return recursion stops (episode end or fragment cut)."""
-    ends = frag[SB.TERMINATEDS] | frag[SB.TRUNCATEDS]
-    ends[-1] = True
-    return ends

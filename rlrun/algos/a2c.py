@@ -12,15 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
-from rlrun.algos.ppo import ppo_postprocess
+from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, register_algorithm
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
 from rlrun.policy import LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import discounted_returns
-from rlrun.registry import ALGOS, LOSSES
-from rlrun.trainer import COLLECTED_COLUMNS, Trainer
-from rlrun.workers import fragment_ends
+from rlrun.postprocessing import add_gae, discounted_returns, fragment_ends, normalize_advantages
+from rlrun.registry import LOSSES
 
 
 @dataclass
@@ -43,11 +41,11 @@ class A2CLossConfig(LossConfig):
 
 
 def a2c_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
-    """GAE(lambda) like PPO, or n-step returns: R_t = r_t + gamma R_{t+1}, bootstrapped with V at a
+    """GAE(lambda), or n-step returns: R_t = r_t + gamma R_{t+1}, bootstrapped with V at a
     truncation or the fragment cut, 0 at a termination."""
-    cfg: A2CConfig = policy.config  # type: ignore[assignment]
+    cfg = policy.config_as(A2CConfig)
     if cfg.use_gae:
-        return ppo_postprocess(policy, fragment, last_values)
+        return add_gae(fragment, last_values, cfg.gamma, cfg.gae_lambda)
     values = fragment[SB.VF_PREDS]
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     ends = fragment_ends(fragment)
@@ -63,12 +61,10 @@ def a2c_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB
     terms=("policy", "vf", "entropy"), stats=("entropy",),
 )
 def a2c_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch) -> LossOutput:
-    c: A2CLossConfig = policy.loss_config  # type: ignore[assignment]
+    c = policy.loss_config_as(A2CLossConfig)
     out = model(batch[SB.OBS])
     dist = dist_class(out.dist_inputs)
-    adv = batch[SB.ADVANTAGES]
-    if c.normalize_advantages and adv.numel() > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    adv = normalize_advantages(batch[SB.ADVANTAGES]) if c.normalize_advantages else batch[SB.ADVANTAGES]
     policy_loss = -(dist.logp(batch[SB.ACTIONS]) * adv).mean()
     vf_loss = 0.5 * (out.values - batch[SB.VALUE_TARGETS]).pow(2).mean()
     entropy = dist.entropy().mean()
@@ -76,9 +72,8 @@ def a2c_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
     return LossOutput(total, {"policy": policy_loss, "vf": vf_loss, "entropy": entropy}, {"entropy": entropy})
 
 
-@ALGOS.register("a2c", config=A2CConfig)
-class A2CTrainer(Trainer):
-    config_cls = A2CConfig
-    default_loss = "a2c"
-    postprocess_fn = a2c_postprocess
-    provides_columns = (*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS)
+A2C = register_algorithm(Algorithm(
+    "a2c", A2CConfig, default_loss="a2c", postprocess=a2c_postprocess,
+    provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS),
+    description="synchronous advantage actor-critic",
+))

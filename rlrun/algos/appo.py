@@ -4,9 +4,10 @@ Every remote worker always has a sample request in flight; the learner trains on
 fragments have arrived, which may come from older weights. V-trace (Espeholt et al. 2018) corrects
 for that: value targets ``vs`` and policy-gradient advantages are computed on the learner with the
 current value function and importance ratios pi/mu against the behaviour policy mu that sampled
-each row. The surrogate is PPO's, clipped around the same ratio. A worker gets new weights when
-every ``broadcast_interval``-th of its fragments is collected. With ``num_workers: 0`` sampling is
-synchronous and V-trace reduces to on-policy returns.
+each row. The surrogate is PPO's, clipped around the same ratio, with PPO's adaptive KL penalty
+when ``loss.kl_coeff > 0``. A worker gets new weights when every ``broadcast_interval``-th of its
+fragments is collected. With ``num_workers: 0`` sampling is synchronous and V-trace reduces to
+on-policy returns.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlrun.algos.ppo import PPOConfig
+from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
+from rlrun.algos.ppo import PPOConfig, adapt_kl, kl_state
 from rlrun.batch import SampleBatch as SB
+from rlrun.config import AlgoConfig
 from rlrun.policy import Policy
-from rlrun.postprocessing import vtrace
-from rlrun.registry import ALGOS
-from rlrun.trainer import COLLECTED_COLUMNS, Trainer
-from rlrun.workers import fragment_ends
+from rlrun.postprocessing import fragment_ends, vtrace
 
 
 @dataclass
 class APPOConfig(PPOConfig):
     name: str = "appo"
+    lr: float = 5e-4
+    train_batch_size: int = 512
     num_sgd_iter: int = 1
     sgd_minibatch_size: int | None = None
     vtrace_clip_rho: float = 1.0  # rho-bar: truncation of the importance weights in the targets
@@ -41,33 +43,43 @@ def appo_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> S
     return fragment
 
 
-@ALGOS.register("appo", config=APPOConfig)
-class APPOTrainer(Trainer):
-    config_cls = APPOConfig
-    default_loss = "ppo_clip"
-    postprocess_fn = appo_postprocess
-    needs_next_obs = True
-    async_sampling = True
-    provides_columns = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.ENDS, SB.ADVANTAGES, SB.VALUE_TARGETS)
-    metrics = ("train/mean_rho", "train/stale_fraction")
+def add_vtrace(policy: Policy, batch: SB) -> np.ndarray:
+    """ADVANTAGES, VALUE_TARGETS and VF_PREDS from V-trace with the current model; returns rho [N]."""
+    cfg = policy.config_as(APPOConfig)
+    model, dist_class = policy.model, policy.dist_class
+    with torch.no_grad():
+        out = model(torch.from_numpy(batch[SB.OBS]))
+        next_values = model(torch.from_numpy(batch[SB.NEXT_OBS])).values.numpy()
+        target_logp = dist_class(out.dist_inputs).logp(torch.from_numpy(batch[SB.ACTIONS])).numpy()
+    values = out.values.numpy()
+    ends = batch[SB.ENDS]
+    next_v = np.where(ends, next_values, np.r_[values[1:], 0.0]).astype(np.float32)
+    res = vtrace(batch[SB.ACTION_LOGP], target_logp, batch[SB.REWARDS], values, next_v, batch[SB.TERMINATEDS],
+                 ends, cfg.gamma, cfg.vtrace_clip_rho, cfg.vtrace_clip_c)
+    batch[SB.ADVANTAGES] = res.pg_advantages
+    batch[SB.VALUE_TARGETS] = res.vs
+    batch[SB.VF_PREDS] = values.astype(np.float32)
+    rho: np.ndarray = np.exp(target_logp - batch[SB.ACTION_LOGP])
+    return rho
 
-    def learn(self, batch: SB) -> dict[str, float]:
-        cfg: APPOConfig = self.config  # type: ignore[assignment]
-        model, dist_class = self.policy.model, self.policy.dist_class
-        with torch.no_grad():
-            out = model(torch.from_numpy(batch[SB.OBS]))
-            next_values = model(torch.from_numpy(batch[SB.NEXT_OBS])).values.numpy()
-            target_logp = dist_class(out.dist_inputs).logp(torch.from_numpy(batch[SB.ACTIONS])).numpy()
-        values = out.values.numpy()
-        ends = batch[SB.ENDS]
-        next_v = np.where(ends, next_values, np.r_[values[1:], 0.0]).astype(np.float32)
-        res = vtrace(batch[SB.ACTION_LOGP], target_logp, batch[SB.REWARDS], values, next_v, batch[SB.TERMINATEDS],
-                     ends, cfg.gamma, cfg.vtrace_clip_rho, cfg.vtrace_clip_c)
-        batch[SB.ADVANTAGES] = res.pg_advantages
-        batch[SB.VALUE_TARGETS] = res.vs
-        batch[SB.VF_PREDS] = values.astype(np.float32)
-        rho = np.exp(target_logp - batch[SB.ACTION_LOGP])
-        stats = self.policy.learn_on_batch(batch)
-        stats["train/mean_rho"] = float(rho.mean())
-        stats["train/stale_fraction"] = float(np.mean(np.abs(rho - 1.0) > 1e-4))
-        return stats
+
+def appo_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
+    rho = add_vtrace(policy, batch)
+    stats = policy.learn_on_batch(batch)
+    adapt_kl(policy, stats)
+    stats["train/mean_rho"] = float(rho.mean())
+    stats["train/stale_fraction"] = float(np.mean(np.abs(rho - 1.0) > 1e-4))
+    return stats
+
+
+def broadcast_interval(config: AlgoConfig) -> int:
+    return config.broadcast_interval if isinstance(config, APPOConfig) else 1
+
+
+APPO = register_algorithm(Algorithm(
+    "appo", APPOConfig, default_loss="ppo_clip", postprocess=appo_postprocess, make_state=kl_state,
+    learn=appo_learn, async_broadcast_interval=broadcast_interval, needs_next_obs=True,
+    provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.ENDS, SB.ADVANTAGES, SB.VALUE_TARGETS),
+    metrics=("train/mean_rho", "train/stale_fraction"),
+    description="asynchronous PPO with V-trace",
+))

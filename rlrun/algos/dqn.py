@@ -5,11 +5,13 @@ Dataflow per iteration: sample ``train_batch_size`` env steps (n-step targets co
 worker) -> add to the replay buffer -> once ``learning_starts`` steps are stored, do
 ``training_intensity x env steps / sgd_minibatch_size`` SGD steps on uniform replay minibatches
 -> copy the online net to the target net every ``target_network_update_freq`` env steps.
+The target network and the replay buffer are the policy's learner state (``DQNState``).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,16 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
 from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp, linear_layers, mlp_forward
-from rlrun.policy import ActionOutput, LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import compute_nstep
-from rlrun.registry import ALGOS, LOSSES, MODELS
+from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
+from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
+from rlrun.registry import LOSSES, MODELS
 from rlrun.replay import ReplayBuffer
-from rlrun.trainer import COLLECTED_COLUMNS, Trainer
-from rlrun.workers import fragment_ends
 
 
 @dataclass
@@ -37,6 +38,7 @@ class DQNConfig(AlgoConfig):
     lr: float = 1e-3
     gamma: float = 0.99
     grad_clip: float | None = 10.0
+    adam_eps: float = 1e-8
     train_batch_size: int = 256  # env steps sampled per iteration
     sgd_minibatch_size: int | None = 64  # rows per replay minibatch
     training_intensity: float = 16.0  # replayed rows trained on per env step sampled
@@ -84,9 +86,47 @@ class QMLPModel(nn.Module):
         return ModelOutput(q, q.max(dim=-1).values)
 
 
+@dataclass
+class DQNState:
+    """One DQN policy's learner state: target network, replay buffer, target-update bookkeeping."""
+
+    target_model: nn.Module
+    replay: ReplayBuffer
+    last_target_update: int = 0  # env step of the last copy online -> target
+    num_target_updates: int = 0
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "target_model": self.target_model.state_dict(), "last_target_update": self.last_target_update,
+            "num_target_updates": self.num_target_updates, "replay_rng": self.replay.rng.bit_generator.state,
+        }
+        if include_buffers:  # columns as tensors: weights_only loading allows those
+            replay = self.replay.get_state()
+            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
+            state["replay"] = replay
+        return state
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if not state:
+            return
+        self.target_model.load_state_dict(state["target_model"])
+        self.last_target_update = int(state["last_target_update"])
+        self.num_target_updates = int(state["num_target_updates"])
+        self.replay.rng.bit_generator.state = state["replay_rng"]
+        if "replay" in state:
+            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
+            self.replay.set_state({**state["replay"], "cols": cols})
+
+
+def dqn_state(policy: Policy) -> LearnerState:
+    """A frozen copy of the online net as target; an empty replay buffer (allocated on first add)."""
+    cfg = policy.config_as(DQNConfig)
+    target = copy.deepcopy(policy.model).requires_grad_(False)
+    return DQNState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed))
+
+
 def epsilon(policy: Policy) -> float:
-    sched = policy.config.epsilon  # type: ignore[attr-defined]
-    return float(np.interp(policy.global_timestep, [p[0] for p in sched], [p[1] for p in sched]))
+    return piecewise(policy.config_as(DQNConfig).epsilon, policy.global_timestep)
 
 
 def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
@@ -102,13 +142,9 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     return ActionOutput(actions.astype(np.int64), zeros, out.values.detach().numpy(), q)
 
 
-def dqn_init(policy: Policy) -> None:
-    policy.target_model = copy.deepcopy(policy.model).requires_grad_(False)  # type: ignore[attr-defined]
-
-
 def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
     """n-step rewards and discounts; NEXT_OBS becomes the observation n steps later."""
-    cfg: DQNConfig = policy.config  # type: ignore[assignment]
+    cfg = policy.config_as(DQNConfig)
     res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), cfg.n_step,
                         cfg.gamma)
     T, B = fragment[SB.REWARDS].shape
@@ -128,12 +164,13 @@ def dqn_td_loss(
     policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch
 ) -> LossOutput:
     """Huber(Q(s, a) - [R_n + gamma^n Q_target(s', argmax_a' Q(s', a'))]) (double Q) or max_a' Q_target."""
-    c: DQNLossConfig = policy.loss_config  # type: ignore[assignment]
-    cfg: DQNConfig = policy.config  # type: ignore[assignment]
+    c = policy.loss_config_as(DQNLossConfig)
+    cfg = policy.config_as(DQNConfig)
+    target_model = policy.state_as(DQNState).target_model
     q = model(batch[SB.OBS]).dist_inputs
     q_sa = q.gather(-1, batch[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        q_next_target = policy.target_model(batch[SB.NEXT_OBS]).dist_inputs  # type: ignore[attr-defined]
+        q_next_target = target_model(batch[SB.NEXT_OBS]).dist_inputs
         if cfg.double_q:
             best = model(batch[SB.NEXT_OBS]).dist_inputs.argmax(-1, keepdim=True)
             q_next = q_next_target.gather(-1, best).squeeze(-1)
@@ -146,64 +183,38 @@ def dqn_td_loss(
                                        "epsilon": epsilon(policy)})
 
 
-@ALGOS.register("dqn", config=DQNConfig)
-class DQNTrainer(Trainer):
-    config_cls = DQNConfig
-    default_loss = "dqn_td"
-    postprocess_fn = dqn_postprocess
-    action_fn = dqn_actions
-    init_fn = dqn_init
-    needs_next_obs = True
-    provides_columns = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
-    metrics = ("train/replay_size", "train/num_target_updates")
+REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
 
-    def setup(self) -> None:
-        cfg: DQNConfig = self.config  # type: ignore[assignment]
-        self.replay = ReplayBuffer(cfg.replay_capacity, seed=self.cfg.seed)
-        self._last_target_update = 0
-        self.num_target_updates = 0
 
-    def extra_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "target_model": self.policy.target_model.state_dict(),  # type: ignore[attr-defined]
-            "last_target_update": self._last_target_update, "num_target_updates": self.num_target_updates,
-            "replay_rng": self.replay.rng.bit_generator.state,
-        }
-        if self.cfg.checkpoint.include_replay:  # columns as tensors: weights_only loading allows those
-            replay = self.replay.get_state()
-            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
-            state["replay"] = replay
-        return state
+def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
+    """Store the batch; replay ``training_intensity x len(batch)`` rows in minibatches once
+    ``learning_starts`` rows are stored; copy online -> target every ``target_network_update_freq``."""
+    cfg = policy.config_as(DQNConfig)
+    state = policy.state_as(DQNState)
+    state.replay.add(SB({k: batch[k] for k in REPLAY_COLUMNS}))
+    stats: dict[str, float] = {}
+    if len(state.replay) >= cfg.learning_starts:
+        mb = cfg.sgd_minibatch_size or 64
+        steps = max(1, round(cfg.training_intensity * len(batch) / mb))
+        sums: dict[str, float] = {}
+        for _ in range(steps):
+            for k, v in policy.learn_on_batch(state.replay.sample(mb)).items():
+                sums[k] = sums.get(k, 0.0) + v
+        stats = {k: v / steps for k, v in sums.items()}
+        stats["train/num_sgd_steps"] = float(steps)
+    if ctx.timesteps_total - state.last_target_update >= cfg.target_network_update_freq:
+        state.target_model.load_state_dict(policy.model.state_dict())
+        state.last_target_update = ctx.timesteps_total
+        state.num_target_updates += 1
+    stats["train/replay_size"] = float(len(state.replay))
+    stats["train/num_target_updates"] = float(state.num_target_updates)
+    return stats
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        self.policy.target_model.load_state_dict(state["target_model"])  # type: ignore[attr-defined]
-        self._last_target_update = int(state["last_target_update"])
-        self.num_target_updates = int(state["num_target_updates"])
-        self.replay.rng.bit_generator.state = state["replay_rng"]
-        if "replay" in state:
-            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
-            self.replay.set_state({**state["replay"], "cols": cols})
 
-    def learn(self, batch: SB) -> dict[str, float]:
-        cfg: DQNConfig = self.config  # type: ignore[assignment]
-        keep = (SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
-        self.replay.add(SB({k: batch[k] for k in keep}))
-        stats: dict[str, float] = {}
-        if len(self.replay) >= cfg.learning_starts:
-            mb = cfg.sgd_minibatch_size or 64
-            steps = max(1, round(cfg.training_intensity * len(batch) / mb))
-            sums: dict[str, float] = {}
-            for _ in range(steps):
-                for k, v in self.policy.learn_on_batch(self.replay.sample(mb)).items():
-                    sums[k] = sums.get(k, 0.0) + v
-            stats = {k: v / steps for k, v in sums.items()}
-            stats["train/num_sgd_steps"] = float(steps)
-        if self.timesteps_total - self._last_target_update >= cfg.target_network_update_freq:
-            self.policy.target_model.load_state_dict(self.policy.model.state_dict())  # type: ignore[attr-defined]
-            self._last_target_update = self.timesteps_total
-            self.num_target_updates += 1
-        stats["train/replay_size"] = float(len(self.replay))
-        stats["train/num_target_updates"] = float(self.num_target_updates)
-        return stats
+DQN = register_algorithm(Algorithm(
+    "dqn", DQNConfig, default_loss="dqn_td", postprocess=dqn_postprocess, compute_actions=dqn_actions,
+    make_state=dqn_state, learn=dqn_learn, needs_next_obs=True,
+    provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
+    metrics=("train/replay_size", "train/num_target_updates"),
+    description="DQN with double Q, dueling heads, n-step returns",
+))

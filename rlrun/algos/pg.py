@@ -10,14 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
+from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, register_algorithm
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
 from rlrun.policy import LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import discounted_returns
-from rlrun.registry import ALGOS, LOSSES
-from rlrun.trainer import COLLECTED_COLUMNS, Trainer
-from rlrun.workers import fragment_ends
+from rlrun.postprocessing import discounted_returns, fragment_ends, normalize_advantages
+from rlrun.registry import LOSSES
 
 
 @dataclass
@@ -36,10 +35,9 @@ class PGLossConfig(LossConfig):
 
 def pg_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
     """ADVANTAGES = discounted reward-to-go; no critic, so truncations are not bootstrapped."""
-    ends = fragment_ends(fragment)
     # a fragment cut is not an episode end: the return there is unknown, so treat the tail as
     # truncated at the cut (the usual REINFORCE-with-fragments approximation)
-    fragment[SB.ADVANTAGES] = discounted_returns(fragment[SB.REWARDS], ends, policy.config.gamma)
+    fragment[SB.ADVANTAGES] = discounted_returns(fragment[SB.REWARDS], fragment_ends(fragment), policy.config.gamma)
     return fragment
 
 
@@ -51,21 +49,18 @@ def pg_loss(
     policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch
 ) -> LossOutput:
     """-mean(log pi(a|s) * A), A = standardised discounted returns."""
-    c = policy.loss_config
+    c = policy.loss_config_as(PGLossConfig)
     out = model(batch[SB.OBS])
     dist = dist_class(out.dist_inputs)
-    adv = batch[SB.ADVANTAGES]
-    if getattr(c, "normalize_advantages", True) and adv.numel() > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    adv = normalize_advantages(batch[SB.ADVANTAGES]) if c.normalize_advantages else batch[SB.ADVANTAGES]
     policy_loss = -(dist.logp(batch[SB.ACTIONS]) * adv).mean()
     entropy = dist.entropy().mean()
-    total = policy_loss - getattr(c, "entropy_coeff", 0.0) * entropy
+    total = policy_loss - c.entropy_coeff * entropy
     return LossOutput(total, {"policy": policy_loss, "entropy": entropy}, {"entropy": entropy})
 
 
-@ALGOS.register("pg", config=PGConfig)
-class PGTrainer(Trainer):
-    config_cls = PGConfig
-    default_loss = "pg"
-    postprocess_fn = pg_postprocess
-    provides_columns = (*COLLECTED_COLUMNS, SB.ADVANTAGES)
+PG = register_algorithm(Algorithm(
+    "pg", PGConfig, default_loss="pg", postprocess=pg_postprocess,
+    provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES),
+    description="REINFORCE with batch-standardised returns",
+))

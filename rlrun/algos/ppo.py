@@ -2,11 +2,13 @@
 
 Per iteration: GAE(lambda) advantages on the workers, then ``num_sgd_iter`` epochs of
 ``sgd_minibatch_size`` minibatches of: clipped surrogate + vf_coeff * value loss
-- entropy_coeff * entropy (+ kl_coeff * KL(old || new) when the KL penalty is on).
+- entropy_coeff * entropy (+ kl_coeff * KL(old || new) when the KL penalty is on). The KL
+coefficient is the policy's learner state (``KLState``), adapted after every learn step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,14 +16,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
-from rlrun.policy import LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import compute_gae
-from rlrun.registry import ALGOS, LOSSES
-from rlrun.trainer import COLLECTED_COLUMNS, Trainer
-from rlrun.workers import fragment_ends
+from rlrun.policy import LearnerState, LossOutput, Policy, TorchBatch
+from rlrun.postprocessing import add_gae, normalize_advantages
+from rlrun.registry import LOSSES
 
 
 @dataclass
@@ -44,18 +45,50 @@ class PPOClipLossConfig(LossConfig):
     kl_target: float = 0.01  # the coefficient adapts toward this KL (x1.5 / x0.5, as RLlib)
 
 
+@dataclass
+class KLState:
+    """The adaptive KL-penalty coefficient of one policy (PPO, APPO)."""
+
+    kl_coeff: float = 0.0
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        return {"kl_coeff": self.kl_coeff}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if "kl_coeff" in state:
+            self.kl_coeff = float(state["kl_coeff"])
+
+    def adapt(self, kl: float, target: float) -> None:
+        """RLlib's rule: x1.5 when the KL is over twice the target, x0.5 when under half of it."""
+        if kl > 2.0 * target:
+            self.kl_coeff *= 1.5
+        elif kl < 0.5 * target:
+            self.kl_coeff *= 0.5
+
+
+def kl_state(policy: Policy) -> LearnerState:
+    c = policy.loss_config
+    return KLState(c.kl_coeff if isinstance(c, PPOClipLossConfig) else 0.0)
+
+
+def adapt_kl(policy: Policy, stats: dict[str, float]) -> None:
+    """Move the policy's KL coefficient so the KL tracks ``loss.kl_target`` (penalty on only)."""
+    state, c = policy.state, policy.loss_config
+    if isinstance(state, KLState) and isinstance(c, PPOClipLossConfig) and state.kl_coeff > 0.0 \
+            and "train/approx_kl" in stats:
+        state.adapt(stats["train/approx_kl"], c.kl_target)
+
+
 def ppo_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
-    """GAE on the time-major fragment. ``next_values`` is the next row's V(s); at a truncation that
-    row is the dummy autoreset step, whose V was computed on the final observation."""
-    values = fragment[SB.VF_PREDS]
-    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
-    res = compute_gae(
-        fragment[SB.REWARDS], values, next_values, fragment[SB.TERMINATEDS], fragment_ends(fragment),
-        policy.config.gamma, policy.config.gae_lambda,  # type: ignore[attr-defined]
-    )
-    fragment[SB.ADVANTAGES] = res.advantages
-    fragment[SB.VALUE_TARGETS] = res.value_targets
-    return fragment
+    """GAE(lambda) on the time-major fragment."""
+    cfg = policy.config_as(PPOConfig)
+    return add_gae(fragment, last_values, cfg.gamma, cfg.gae_lambda)
+
+
+def ppo_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
+    stats = policy.learn_on_batch(batch)
+    adapt_kl(policy, stats)
+    return stats
 
 
 @LOSSES.register(
@@ -67,13 +100,11 @@ def ppo_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB
 def ppo_clip_loss(
     policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch
 ) -> LossOutput:
-    c: PPOClipLossConfig = policy.loss_config  # type: ignore[assignment]
+    c = policy.loss_config_as(PPOClipLossConfig)
     out = model(batch[SB.OBS])
     dist = dist_class(out.dist_inputs)
     logp = dist.logp(batch[SB.ACTIONS])
-    adv = batch[SB.ADVANTAGES]
-    if c.normalize_advantages and adv.numel() > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    adv = normalize_advantages(batch[SB.ADVANTAGES]) if c.normalize_advantages else batch[SB.ADVANTAGES]
     logratio = logp - batch[SB.ACTION_LOGP]
     ratio = logratio.exp()
     surrogate = torch.min(ratio * adv, ratio.clamp(1.0 - c.clip_param, 1.0 + c.clip_param) * adv)
@@ -88,7 +119,7 @@ def ppo_clip_loss(
     entropy = dist.entropy().mean()
     total = policy_loss + c.vf_coeff * vf_loss - c.entropy_coeff * entropy
 
-    kl_coeff = float(getattr(policy, "kl_coeff", c.kl_coeff))
+    kl_coeff = policy.state.kl_coeff if isinstance(policy.state, KLState) else c.kl_coeff
     kl = torch.zeros(())
     if kl_coeff > 0.0:
         kl = dist_class(batch[SB.ACTION_DIST_INPUTS]).kl(dist).mean()
@@ -103,32 +134,8 @@ def ppo_clip_loss(
     )
 
 
-@ALGOS.register("ppo", config=PPOConfig)
-class PPOTrainer(Trainer):
-    config_cls = PPOConfig
-    default_loss = "ppo_clip"
-    postprocess_fn = ppo_postprocess
-    provides_columns = (*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS)
-
-    def setup(self) -> None:
-        self.policy.kl_coeff = float(getattr(self.cfg.loss, "kl_coeff", 0.0))  # type: ignore[attr-defined]
-
-    def extra_state(self) -> dict[str, Any]:
-        return {"kl_coeff": float(getattr(self.policy, "kl_coeff", 0.0))}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        if "kl_coeff" in state:
-            self.policy.kl_coeff = float(state["kl_coeff"])  # type: ignore[attr-defined]
-
-    def after_learn(self, stats: dict[str, float]) -> None:
-        """Adaptive KL penalty (RLlib's PPO): move kl_coeff so the KL tracks kl_target."""
-        coeff = float(getattr(self.policy, "kl_coeff", 0.0))
-        if coeff <= 0.0 or "train/approx_kl" not in stats:
-            return
-        target = float(getattr(self.cfg.loss, "kl_target", 0.01))
-        kl = stats["train/approx_kl"]
-        if kl > 2.0 * target:
-            coeff *= 1.5
-        elif kl < 0.5 * target:
-            coeff *= 0.5
-        self.policy.kl_coeff = coeff  # type: ignore[attr-defined]
+PPO = register_algorithm(Algorithm(
+    "ppo", PPOConfig, default_loss="ppo_clip", postprocess=ppo_postprocess, make_state=kl_state, learn=ppo_learn,
+    provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS),
+    description="PPO, clipped surrogate, optional adaptive KL penalty",
+))

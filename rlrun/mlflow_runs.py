@@ -1,0 +1,109 @@
+"""MLflow jobs done by the writer process: runs, params, the learning curve, and a sweep's parent run.
+
+The writer (rlrun/mlflow_writer.py) calls these with mlflow imported; a sweep driver asks for the
+parent-run jobs by name (``WRITER_CALLS``), so it never imports mlflow itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
+
+
+def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
+               tags: dict[str, str]) -> str:
+    """A new run in ``experiment_name`` (the experiment is created on first use); its id."""
+    exp = client.get_experiment_by_name(experiment_name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
+                                                                    artifact_location=artifact_location)
+    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+    return run_id
+
+
+def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+
+def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
+                      tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
+    """The sweep's parent run (and the store and experiment, once, before any job); its id."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
+    log_params(client, run_id, params)
+    for f in files:
+        client.log_artifact(run_id, f)
+    return run_id
+
+
+def close_parent_run(uri: str, parent_run_id: str, sweep_dir: str) -> dict[str, Any]:
+    """The summary (files, artifacts), Optuna's best parameters, the parent's final status. Returns
+    the text to print and the jobs' outcome."""
+    import contextlib
+    import io
+
+    from mlflow.tracking import MlflowClient
+
+    from rlrun.report import write_report
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        summary = write_report(parent_run_id, uri, sweep_dir)
+        client = MlflowClient(tracking_uri=uri)
+        best = Path(sweep_dir) / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
+        if best.is_file():
+            client.log_artifact(parent_run_id, str(best))
+            res = OmegaConf.to_container(OmegaConf.load(best))
+            if isinstance(res, dict) and "best_params" in res:
+                client.set_tag(parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
+                client.set_tag(parent_run_id, "rlrun.best_value", str(res.get("best_value")))
+                print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})")
+    failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
+    all_failed = bool(summary.rows) and len(failed) == len(summary.rows)
+    client.set_terminated(parent_run_id, "FAILED" if all_failed else "FINISHED")
+    return {"text": text.getvalue(), "total": len(summary.rows), "failed": failed}
+
+
+def end_parent_run(uri: str, parent_run_id: str, status: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=uri).set_terminated(parent_run_id, status)
+
+
+WRITER_CALLS: dict[str, Any] = {f.__name__: f for f in (create_parent_run, close_parent_run, end_parent_run)}
+
+
+def log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
+               eval_points: list[tuple[float, float]]) -> None:
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
+    if eval_points:
+        ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
+    ax.legend(loc="lower right")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "learning_curve.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        client.log_artifact(run_id, str(path))

@@ -1,0 +1,50 @@
+"""Filling the registries: rlrun's built-in entries, then the user's ``plugins:`` modules.
+
+Built-in algorithms, models, envs, distributions and optimizers register themselves when their
+module is imported; this module only imports the packages that hold them (``rlrun.algos`` imports
+its own modules). It sits above everything it imports, so no module of rlrun's core needs it except
+the places that build objects from names for a run: the CLI, ``run()``, remote workers, exports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlrun.registry import RegistryError
+
+_BUILTINS_LOADED = False
+
+
+def load_builtins() -> None:
+    """Import rlrun's own registering packages (idempotent, cheap after the first call)."""
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    from rlrun import algos, distributions, envs, models, optim  # noqa: F401  # they register on import
+
+
+def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ()) -> None:
+    """Import user modules (``plugins:`` in YAML) so their ``register`` calls run.
+
+    ``search_dirs`` (normally the launch directory) is put on ``sys.path`` first, so a
+    ``my_losses.py`` next to where ``rlrun`` was started can be named as ``my_losses``.
+    """
+    load_builtins()
+    for d in search_dirs:
+        d = str(Path(d).resolve())
+        if d not in sys.path:
+            sys.path.insert(0, d)
+    for i, mod in enumerate(modules):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                raise RegistryError(
+                    f"plugins[{i}]: cannot import module '{mod}' (looked on sys.path, including "
+                    f"{', '.join(str(d) for d in search_dirs) or 'the current directory'})"
+                ) from None
+            raise

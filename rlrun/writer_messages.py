@@ -1,0 +1,111 @@
+"""The MLflow writer's protocol: small frozen dataclasses, one per message kind (a leaf module).
+
+Trainer -> writer: ``Init`` opens a run's conversation, then ``Start`` (create or resume the
+MLflow run), any number of ``Metrics`` / ``Artifact`` / ``Artifacts`` / ``Tags`` / ``Curve`` /
+``Model``, and ``End``. A sweep driver sends ``Call`` (one of the writer's named MLflow jobs).
+Writer -> trainer: ``RunStarted``, ``Uploaded``, ``Ended``, ``Result`` and ``Error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MetricRow = tuple[dict[str, float], int, int]  # (metrics, step, timestamp in ms)
+
+
+@dataclass(frozen=True)
+class Init:
+    uri: str
+    artifact_location: str | None
+    experiment_name: str
+    run_name: str | None
+    resume_run_id: str | None
+    log_model: bool
+
+
+@dataclass(frozen=True)
+class Start:
+    params: dict[str, str]
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    rows: list[MetricRow]
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    local_dir: str
+    artifact_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    local_file: str
+    artifact_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Tags:
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Curve:
+    points: list[tuple[float, float]]
+    title: str
+    eval_points: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Model:
+    checkpoint_dir: str
+    launch_dir: str
+
+
+@dataclass(frozen=True)
+class End:
+    status: str
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Eof:
+    """Not sent: what the writer's reader thread queues when the trainer's socket closes."""
+
+
+# ---------------------------------------------------------------- replies
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    last_step: int  # on resume: the newest env step MLflow already holds (-1 for a new run)
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    local_dir: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    pass
+
+
+@dataclass(frozen=True)
+class Result:
+    value: Any
+
+
+@dataclass(frozen=True)
+class Error:
+    message: str
+
+
+RunMessage = Start | Metrics | Artifacts | Artifact | Tags | Curve | Model | End | Eof
