@@ -13,9 +13,10 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "SampleBatch": "rlrun.batch", "MultiAgentBatch": "rlrun.batch", "concat_samples": "rlrun.batch",
-    "LossOutput": "rlrun.policy", "Policy": "rlrun.policy", "build_policy": "rlrun.policy",
+    "LossOutput": "rlrun.policy", "Policy": "rlrun.policy", "PolicySpec": "rlrun.policy",
+    "Algorithm": "rlrun.algorithm", "register_algorithm": "rlrun.algorithm", "make_policy": "rlrun.algorithm",
     "ALGOS": "rlrun.registry", "DISTRIBUTIONS": "rlrun.registry", "ENVS": "rlrun.registry",
-    "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry",
+    "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry", "OPTIMIZERS": "rlrun.registry",
     "run": "rlrun.run", "make_trainer": "rlrun.run", "RunConfig": "rlrun.config",
 }
 __all__ = sorted(_EXPORTS)

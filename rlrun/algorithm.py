@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import gymnasium as gym
+
 from rlrun.batch import SampleBatch
-from rlrun.config import AlgoConfig
-from rlrun.policy import ActionFn, Policy, PostprocessFn, StateFn, no_state
-from rlrun.registry import ALGOS
+from rlrun.config import AlgoConfig, LossConfig, ModelConfig
+from rlrun.policy import DEFAULT_POLICY_ID, ActionFn, LossFn, Policy, PolicySpec, PostprocessFn, StateFn, no_state
+from rlrun.registry import ALGOS, LOSSES, MODELS
 
 SB = SampleBatch
 # columns every worker collects, before any postprocessing
@@ -78,3 +80,19 @@ def get_algorithm(name: str, key: str = "algo.name") -> Algorithm:
     if not isinstance(algo, Algorithm):
         raise TypeError(f"{key}: '{name}' is registered as {type(algo).__name__}, not an rlrun.algorithm.Algorithm")
     return algo
+
+
+def make_policy(algo: str | Algorithm, obs_space: gym.Space, action_space: gym.Space, *,
+                algo_config: AlgoConfig | None = None, loss_config: LossConfig | None = None,
+                model_config: ModelConfig | None = None, loss_fn: LossFn | None = None, seed: int = 0,
+                policy_id: str = DEFAULT_POLICY_ID) -> Policy:
+    """A real Policy outside a run (tests, notebooks): every config the registry's default unless
+    given; the loss is ``loss_fn``, else the one ``loss_config`` names, else the algorithm's default.
+    The registries must hold the names (``rlrun.plugins.load_builtins()``)."""
+    algorithm = algo if isinstance(algo, Algorithm) else get_algorithm(algo)
+    algo_config = algo_config or algorithm.config_cls()
+    loss_config = loss_config or (LOSSES.entry(algorithm.default_loss).config_cls or LossConfig)()
+    model_config = model_config or (MODELS.entry("mlp").config_cls or ModelConfig)()
+    fn = loss_fn or LOSSES.get(loss_config.name, "loss.name")
+    spec = PolicySpec(obs_space, action_space, algo_config, loss_config, model_config, seed)
+    return Policy(spec, algorithm, fn, policy_id)

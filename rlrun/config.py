@@ -125,7 +125,7 @@ class RunConfig:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     seed: int = 0
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
-    stop: dict[str, float] = field(default_factory=lambda: {"training_iteration": 10})
+    stop: dict[str, float] = field(default_factory=lambda: {"timesteps_total": 100_000})
     plugins: list[str] = field(default_factory=list)  # modules imported before registries are read
     output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
     torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
@@ -159,8 +159,8 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
     for key, registry, base in (("algo", ALGOS, AlgoConfig), ("loss", LOSSES, LossConfig),
                                 ("model", MODELS, ModelConfig)):
         section = raw.pop(key, None)
-        if section is None:
-            section = {"name": base().name}
+        if section is None:  # the schema's defaults; the loss follows the algorithm
+            section = {"name": _default_loss(sections["algo"].name) if key == "loss" else base().name}
         if not isinstance(section, dict):
             raise ConfigError(f"{key}: expected a mapping with a 'name', got {show(section)}")
         sections[key] = from_dict(_schema(registry, section, key, base), section, key)
@@ -168,6 +168,10 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
         raw["stop"] = normalize_stop(raw["stop"])
     cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
     return check_config(cfg)
+
+
+def _default_loss(algo_name: str) -> str:
+    return str(ALGOS.get(algo_name, "algo.name").default_loss)
 
 
 def normalize_stop(stop: Any) -> dict[str, float]:

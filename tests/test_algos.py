@@ -1,22 +1,32 @@
 """Losses pinned on hand-made tensors; n-step targets on hand-computed arrays; replay wrap-around."""
 
 import math
-from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from rlrun.algorithm import make_policy
 from rlrun.algos.a2c import A2CLossConfig, a2c_loss
-from rlrun.algos.dqn import DQNConfig, DQNLossConfig, dqn_td_loss
+from rlrun.algos.dqn import DQNConfig, DQNLossConfig, DQNState, dqn_td_loss
 from rlrun.algos.pg import PGLossConfig, pg_loss
-from rlrun.algos.ppo import PPOClipLossConfig, ppo_clip_loss
+from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss
 from rlrun.batch import SampleBatch as SB
 from rlrun.distributions import Categorical
 from rlrun.models import ModelOutput
+from rlrun.plugins import load_builtins
 from rlrun.postprocessing import compute_nstep
 from rlrun.replay import ReplayBuffer
+
+load_builtins()
+OBS, TWO = gym.spaces.Box(-1, 1, (1,), np.float32), gym.spaces.Discrete(2)
+
+
+def policy_for(algo, loss_config, algo_config=None):
+    """A real Policy of ``algo`` whose loss config is ``loss_config`` (the model is passed separately)."""
+    return make_policy(algo, OBS, TWO, algo_config=algo_config, loss_config=loss_config)
 
 
 class Fixed(nn.Module):
@@ -49,7 +59,7 @@ def test_ppo_clip_values_and_clipping_edges():
         SB.ACTION_DIST_INPUTS: torch.tensor([two_actions(p) for p in old_p]),
     }
     cfg = PPOClipLossConfig(clip_param=0.2, vf_coeff=0.5, entropy_coeff=0.0, normalize_advantages=False)
-    out = ppo_clip_loss(SimpleNamespace(loss_config=cfg, kl_coeff=0.0), model, Categorical, batch)
+    out = ppo_clip_loss(policy_for("ppo", cfg), model, Categorical, batch)
     # surrogate per row: min(r A, clip(r) A) = [1.2 * 1, 0.8 * -1, 1.0 * 2]
     assert out.terms["policy"].item() == pytest.approx(-(1.2 - 0.8 + 2.0) / 3, rel=1e-5)
     assert out.terms["vf"].item() == pytest.approx(0.5 * (1 + 4 + 9) / 3, rel=1e-5)
@@ -66,7 +76,7 @@ def test_ppo_value_clipping_takes_the_pessimistic_error():
              SB.ADVANTAGES: torch.tensor([0.0]), SB.VALUE_TARGETS: torch.tensor([2.5]),
              SB.VF_PREDS: torch.tensor([0.0]), SB.ACTION_DIST_INPUTS: torch.tensor([two_actions(0.5)])}
     cfg = PPOClipLossConfig(vf_clip_param=1.0, normalize_advantages=False)
-    out = ppo_clip_loss(SimpleNamespace(loss_config=cfg, kl_coeff=0.0), model, Categorical, batch)
+    out = ppo_clip_loss(policy_for("ppo", cfg), model, Categorical, batch)
     # unclipped error (3 - 2.5)^2 = 0.25; clipped prediction 1.0 -> (1 - 2.5)^2 = 2.25; max -> 2.25
     assert out.terms["vf"].item() == pytest.approx(0.5 * 2.25)
 
@@ -75,13 +85,13 @@ def test_pg_and_a2c_gradient_signs_and_values():
     model = Fixed([two_actions(0.5), two_actions(0.5)], [1.0, 1.0])
     batch = {SB.OBS: torch.zeros(2, 1), SB.ACTIONS: torch.tensor([0, 1]), SB.ADVANTAGES: torch.tensor([1.0, -1.0]),
              SB.VALUE_TARGETS: torch.tensor([3.0, 1.0])}
-    out = pg_loss(SimpleNamespace(loss_config=PGLossConfig(normalize_advantages=False)), model, Categorical, batch)
+    out = pg_loss(policy_for("pg", PGLossConfig(normalize_advantages=False)), model, Categorical, batch)
     assert out.terms["policy"].item() == pytest.approx(-(math.log(0.5) * 1 + math.log(0.5) * -1) / 2)
     out.total.backward()
     assert model.logits.grad[0, 0] < 0 and model.logits.grad[1, 1] > 0
     model.logits.grad = None
     cfg = A2CLossConfig(vf_coeff=0.5, entropy_coeff=0.0)
-    out = a2c_loss(SimpleNamespace(loss_config=cfg), model, Categorical, batch)
+    out = a2c_loss(policy_for("a2c", cfg), model, Categorical, batch)
     assert out.terms["vf"].item() == pytest.approx(0.5 * (4 + 0) / 2)
     out.total.backward()
     assert model.values.grad[0] < 0  # V below its target is pushed up
@@ -92,8 +102,8 @@ def test_dqn_td_target_double_q_and_huber():
     target = Fixed([[10.0, 4.0]], [0.0])
     batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.NEXT_OBS: torch.zeros(1, 1),
              SB.NSTEP_REWARDS: torch.tensor([1.0]), SB.NSTEP_DISCOUNT: torch.tensor([0.5])}
-    policy = SimpleNamespace(loss_config=DQNLossConfig(huber_delta=0.0), target_model=target,
-                             config=DQNConfig(double_q=True, epsilon=[[0, 0.1]]), global_timestep=0)
+    policy = policy_for("dqn", DQNLossConfig(huber_delta=0.0), DQNConfig(double_q=True, epsilon=[[0, 0.1]]))
+    policy.state_as(DQNState).target_model = target
     out = dqn_td_loss(policy, q_online, Categorical, batch)
     # double Q: argmax online(s') = action 1 -> target Q 4.0; target = 1 + 0.5 * 4 = 3; Q(s, 0) = 1
     assert out.stats["target_mean"].item() == pytest.approx(3.0)
@@ -130,3 +140,25 @@ def test_replay_buffer_wraps_around_and_samples_what_it_holds():
     assert sorted(buf.get_state()["cols"]["x"].tolist()) == [107, 108, 109, 110, 111]
     with pytest.raises(ValueError, match="columns"):
         buf.add(SB({"y": np.arange(2)}))
+
+
+def test_ppo_kl_penalty_reads_the_policys_learner_state():
+    """The KL term uses the coefficient the policy holds (adapted by the learn hook), not the config's."""
+    model = Fixed([two_actions(0.7)], [0.0])
+    batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.ACTION_LOGP: torch.log(torch.tensor([0.5])),
+             SB.ADVANTAGES: torch.tensor([0.0]), SB.VALUE_TARGETS: torch.tensor([0.0]),
+             SB.VF_PREDS: torch.tensor([0.0]), SB.ACTION_DIST_INPUTS: torch.tensor([two_actions(0.5)])}
+    policy = policy_for("ppo", PPOClipLossConfig(kl_coeff=0.2, normalize_advantages=False), PPOConfig())
+    out = ppo_clip_loss(policy, model, Categorical, batch)
+    assert out.stats["kl_coeff"] == pytest.approx(0.2) and out.terms["kl"].item() > 0
+    policy.state.kl_coeff = 0.8
+    out2 = ppo_clip_loss(policy, model, Categorical, batch)
+    assert out2.stats["kl_coeff"] == pytest.approx(0.8)
+    assert (out2.total - out.total).item() == pytest.approx(0.6 * out.terms["kl"].item(), rel=1e-5)
+    assert policy.get_state()["learner"] == {"kl_coeff": 0.8}
+
+
+def test_a_loss_asking_for_another_algos_config_fails_clearly():
+    policy = policy_for("pg", PGLossConfig())
+    with pytest.raises(TypeError, match="algo is a PGConfig, this code needs a DQNConfig"):
+        policy.config_as(DQNConfig)

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from rlrun.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlrun.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path):
@@ -11,7 +11,7 @@ def test_round_trip(tmp_path):
     p = save_checkpoint(tmp_path / "ck", state, {"algo": "ppo"}, {"seed": 1})
     ck = load_checkpoint(p)
     assert torch.equal(ck.state["w"], state["w"]) and ck.state["n"] == 5
-    assert ck.meta["algo"] == "ppo" and ck.meta["format_version"] == 1 and ck.config == {"seed": 1}
+    assert ck.meta["algo"] == "ppo" and ck.meta["format_version"] == FORMAT_VERSION and ck.config == {"seed": 1}
     save_checkpoint(p, {"w": torch.zeros(1)}, {}, {})  # replacing is atomic too
     assert load_checkpoint(p).state["w"].shape == (1,)
     assert [x.name for x in tmp_path.iterdir()] == ["ck"]  # no temp dirs left behind

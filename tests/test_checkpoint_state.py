@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from rlrun import make_trainer
+from rlrun.algos.dqn import DQNState
 from rlrun.checkpoint import load_checkpoint, save_checkpoint
-from rlrun.registry import ALGOS, load_builtins
+from rlrun.plugins import load_builtins
+from rlrun.registry import ALGOS
 
 load_builtins()
 PRESETS = {"pg": "pg_cartpole", "ppo": "ppo_cartpole", "a2c": "a2c_cartpole", "dqn": "dqn_cartpole",
@@ -32,15 +34,20 @@ def test_save_restore_round_trip(algo, tmp_path):
     for (ka, va), (kb, vb) in zip(a.policy.model.state_dict().items(), b.policy.model.state_dict().items(),
                                   strict=True):
         assert ka == kb and torch.equal(va, vb)
-    for x, y in zip(a.policy.optimizer.exp_avg_sq + a.policy.optimizer.steps,
-                    b.policy.optimizer.exp_avg_sq + b.policy.optimizer.steps, strict=True):
+    oa, ob = a.policy.optimizer.state_dict(), b.policy.optimizer.state_dict()
+    for x, y in zip(oa["exp_avg_sq"] + oa["steps"], ob["exp_avg_sq"] + ob["steps"], strict=True):
         assert torch.equal(x, y)
     assert (a.iteration, a.timesteps_total, a.episodes_total) == (b.iteration, b.timesteps_total, b.episodes_total)
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     act_a, act_b = a.policy.compute_actions(obs), b.policy.compute_actions(obs)
     np.testing.assert_array_equal(act_a.actions, act_b.actions)  # same weights and same RNG state
+    assert a.policy.state.get_state().keys() == b.policy.state.get_state().keys()
     if algo == "dqn":
-        assert len(b.replay) == len(a.replay)
-        np.testing.assert_array_equal(a.replay.sample(32)["obs"], b.replay.sample(32)["obs"])
+        ra, rb = a.policy.state_as(DQNState).replay, b.policy.state_as(DQNState).replay
+        assert len(rb) == len(ra) > 0
+        np.testing.assert_array_equal(ra.sample(32)["obs"], rb.sample(32)["obs"])
+        ta, tb = a.policy.state_as(DQNState).target_model, b.policy.state_as(DQNState).target_model
+        for x, y in zip(ta.state_dict().values(), tb.state_dict().values(), strict=True):
+            assert torch.equal(x, y)
     a.stop()
     b.stop()

@@ -4,7 +4,7 @@ import pytest
 
 from rlrun.cli import compose
 from rlrun.config import ConfigError, build_config
-from rlrun.registry import load_builtins
+from rlrun.plugins import load_builtins
 
 load_builtins()
 

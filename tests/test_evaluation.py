@@ -1,9 +1,9 @@
-from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss, ppo_postprocess
+from rlrun.algorithm import make_policy
 from rlrun.cli import compose
 from rlrun.config import EnvConfig, ModelConfig
 from rlrun.evaluation import evaluate
-from rlrun.policy import PolicySpec, build_policy
-from rlrun.registry import ENVS, MODELS, load_builtins
+from rlrun.plugins import load_builtins
+from rlrun.registry import ENVS, MODELS
 from rlrun.run import run
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
@@ -14,9 +14,8 @@ MODELS.add("value_is_ten_t", ValueIsTenT, override=True)
 
 def test_whole_episodes_shared_out_across_sub_envs():
     env = ScriptedVectorEnv(2, [3, 5], [False, True])
-    policy = build_policy("t", loss_fn=ppo_clip_loss, postprocess_fn=ppo_postprocess)(
-        PolicySpec(env.single_observation_space, env.single_action_space, PPOConfig(), PPOClipLossConfig(),
-                   ModelConfig(name="value_is_ten_t")))
+    policy = make_policy("ppo", env.single_observation_space, env.single_action_space,
+                         model_config=ModelConfig(name="value_is_ten_t"))
     res = evaluate(policy, EnvConfig(id="scripted"), num_episodes=5, num_envs=2, seed=0, env=env)
     # quotas 3 + 2; rewards 1 + t, so a 3-step episode returns 6 and a 5-step one 15; autoreset steps skipped
     assert sorted(zip(res.returns, res.lengths, strict=True)) == [(6, 3), (6, 3), (6, 3), (15, 5), (15, 5)]

@@ -31,3 +31,30 @@ def test_state_round_trip():
     opt2.load_state_dict(opt.state_dict())
     assert opt2.lr == 0.1 and float(opt2.steps[0]) == 1.0
     torch.testing.assert_close(opt2.exp_avg[0], opt.exp_avg[0])
+
+
+def test_any_torch_optimizer_by_name_with_its_options(tmp_path):
+    from rlrun.cli import compose
+    from rlrun.run import make_trainer_from
+
+    cfg = compose(["+experiment=ppo_cartpole", "tracking=none", "algo.optimizer.name=SGD",
+                   "+algo.optimizer.kwargs.momentum=0.9"], str(tmp_path))
+    t = make_trainer_from(cfg, tmp_path)
+    try:
+        assert isinstance(t.policy.optimizer, torch.optim.SGD)
+        t.train()
+        group = t.policy.optimizer.param_groups[0]
+        assert group["momentum"] == 0.9 and group["lr"] == pytest.approx(t.policy.current_lr())
+    finally:
+        t.stop()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("algo.optimizer.name=Adamm", "algo.optimizer.name: unknown optimizer 'Adamm' (did you mean 'Adam'?)"),
+    ("+algo.optimizer.kwargs.momentun=0.9", "algo.optimizer.kwargs.momentun: optimizer 'adam' takes no 'momentun'"),
+    ("+algo.optimizer.kwargs.lr=0.1", "(the learning rate is algo.lr)"),
+])
+def test_bad_optimizer_settings_are_refused_before_compute(override, message, cli):
+    p = cli("+experiment=ppo_cartpole", "tracking=none", override)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr

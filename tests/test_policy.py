@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from rlrun.algorithm import make_policy
+from rlrun.algos.pg import PGConfig
 from rlrun.batch import SampleBatch
-from rlrun.config import AlgoConfig, LossConfig
-from rlrun.models import MLPConfig
-from rlrun.policy import LossOutput, NonFiniteLossError, PolicySpec, build_policy
-from rlrun.registry import load_builtins
+from rlrun.plugins import load_builtins
+from rlrun.policy import LossOutput, NonFiniteLossError
 
 
 def nan_loss(policy, model, dist_class, batch):
@@ -19,10 +19,8 @@ def nan_loss(policy, model, dist_class, batch):
 
 def test_nan_loss_raises_and_leaves_the_weights_alone():
     load_builtins()
-    cls = build_policy("nan_test", loss_fn=nan_loss)
-    spec = PolicySpec(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), AlgoConfig(lr=0.01),
-                      LossConfig(), MLPConfig())
-    policy = cls(spec)
+    policy = make_policy("pg", gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2),
+                         algo_config=PGConfig(lr=0.01), loss_fn=nan_loss)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     batch = SampleBatch({SampleBatch.OBS: np.zeros((8, 4), np.float32)})
     with pytest.raises(NonFiniteLossError, match=r"loss/total is nan at env step 0 \(algo.lr 0.01\)"):

@@ -60,7 +60,7 @@ def test_artifacts_config_and_loadable_checkpoint(tracked_run, tmp_path):
     assert [a.path for a in ckpt] == ["checkpoints/iter_000003"]
     local = client.download_artifacts(result.run_id, "checkpoints/iter_000003", str(tmp_path))
     state = torch.load(Path(local) / "policy.pt", weights_only=True)
-    assert "model" in state["policy"]
+    assert "model" in state["policies"]["default_policy"]
     assert (Path(local) / "meta.json").is_file()
 
 

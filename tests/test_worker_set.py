@@ -93,9 +93,9 @@ def test_killed_worker_is_restarted_and_the_run_still_reaches_475(tmp_path):
     assert "stopped: rollout/episode_return_mean" in out.strip().splitlines()[-1], out[-500:]
     client, run = _mlflow_run(tmp_path)
     assert run.info.status == "FINISHED"
-    restarts = client.get_metric_history(run.info.run_id, "time/num_worker_restarts")
+    restarts = client.get_metric_history(run.info.run_id, "workers/num_restarts")
     assert max(m.value for m in restarts) >= 1
-    healthy = client.get_metric_history(run.info.run_id, "time/num_healthy_workers")
+    healthy = client.get_metric_history(run.info.run_id, "workers/num_healthy")
     assert healthy[-1].value == 2
     assert run.data.metrics["rollout/episode_return_mean"] >= 475
 
@@ -116,7 +116,7 @@ def test_job_joins_an_existing_cluster_with_address_auto(tmp_path):
     assert p.returncode == 0, (p.returncode, p.stderr[-3000:])
     _, run = _mlflow_run(tmp_path)
     assert run.data.tags["ray.address"] == "127.0.0.1:6390"  # the job ran on the cluster we started
-    assert run.data.metrics["time/num_healthy_workers"] == 2
+    assert run.data.metrics["workers/num_healthy"] == 2
 
 
 @pytest.mark.ray
@@ -170,8 +170,8 @@ def test_env_error_drops_one_fragment_restarts_and_past_the_bound_fails_cleanly(
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("default").experiment_id])
     assert run.info.status == "FINISHED"
-    assert run.data.metrics["time/num_worker_restarts"] >= 2
-    assert run.data.metrics["time/num_dropped_fragments"] >= 2
+    assert run.data.metrics["workers/num_restarts"] >= 2
+    assert run.data.metrics["workers/num_dropped_fragments"] >= 2
     # past the bound: a clear message, a final checkpoint, and the MLflow run marked FAILED
     bad = subprocess.run(isolated(["bash", "-c", driver + common + " +env.kwargs.after=800 stop.training_iteration=50 "
                                    "rollout.max_worker_restarts=1 tracking.experiment_name=bound"]),
@@ -193,7 +193,7 @@ def test_appo_with_two_async_workers_reaches_475_within_500k_steps(tmp_path):
     _, run = _mlflow_run(tmp_path, "appo_cartpole")
     assert run.data.metrics["rollout/episode_return_mean"] >= 475
     assert run.data.metrics["timesteps_total"] <= 500_000
-    assert run.data.metrics["time/num_healthy_workers"] == 2
+    assert run.data.metrics["workers/num_healthy"] == 2
 
 
 @pytest.mark.ray

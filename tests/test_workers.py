@@ -1,11 +1,13 @@
 import numpy as np
 import pytest
 
-from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss, ppo_postprocess
+from rlrun.algorithm import make_policy
+from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import EnvConfig, ModelConfig, RolloutConfig
-from rlrun.policy import PolicySpec, build_policy
-from rlrun.registry import ENVS, MODELS, load_builtins
+from rlrun.plugins import load_builtins
+from rlrun.policy import DEFAULT_POLICY_ID
+from rlrun.registry import ENVS, MODELS
 from rlrun.workers import RolloutWorker, WorkerSpec
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
@@ -18,12 +20,12 @@ GAMMA = 0.5
 def make_worker(lengths, truncate, fragment=4, batch_mode="truncate_episodes", n=2):
     env = EnvConfig(id="scripted", kwargs={"lengths": lengths, "truncate": truncate})
     rollout = RolloutConfig(num_envs_per_worker=n, rollout_fragment_length=fragment, batch_mode=batch_mode)
-    policy_cls = build_policy("t", loss_fn=ppo_clip_loss, postprocess_fn=ppo_postprocess)
     algo = PPOConfig(gamma=GAMMA, gae_lambda=0.0)  # lambda 0: advantage = one-step TD error
 
     def factory(obs_space, act_space):
-        return policy_cls(PolicySpec(obs_space, act_space, algo, PPOClipLossConfig(),
-                                     ModelConfig(name="value_is_ten_t")))
+        return {DEFAULT_POLICY_ID: make_policy("ppo", obs_space, act_space, algo_config=algo,
+                                               loss_config=PPOClipLossConfig(),
+                                               model_config=ModelConfig(name="value_is_ten_t"))}
 
     return RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), factory)
 
@@ -103,16 +105,16 @@ def test_episode_metrics_and_seeded_reproducibility():
 
 
 def test_next_obs_and_nstep_columns_for_replay_algorithms():
-    from rlrun.algos.dqn import DQNConfig, DQNLossConfig, dqn_actions, dqn_init, dqn_postprocess, dqn_td_loss
+    from rlrun.algos.dqn import DQNConfig, DQNLossConfig
 
     env = EnvConfig(id="scripted", kwargs={"lengths": [3, 4], "truncate": [False, True]})
     rollout = RolloutConfig(num_envs_per_worker=2, rollout_fragment_length=6)
-    policy_cls = build_policy("q", loss_fn=dqn_td_loss, postprocess_fn=dqn_postprocess, action_fn=dqn_actions,
-                              init_fn=dqn_init, needs_next_obs=True)
     algo = DQNConfig(gamma=0.5, n_step=2)
 
     def factory(obs_space, act_space):
-        return policy_cls(PolicySpec(obs_space, act_space, algo, DQNLossConfig(), ModelConfig(name="value_is_ten_t")))
+        return {DEFAULT_POLICY_ID: make_policy("dqn", obs_space, act_space, algo_config=algo,
+                                               loss_config=DQNLossConfig(),
+                                               model_config=ModelConfig(name="value_is_ten_t"))}
 
     b = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), factory).sample()
     t, nt = b[SB.OBS][:, 1], b[SB.NEXT_OBS][:, 1]

@@ -1,7 +1,7 @@
 """Learning-regression suite: every preset x N seeds -> a table and a learning-curve plot per preset.
 
 For each run: did it reach its target, final return, env steps and wall time to stop, and the
-learner's throughput (median `time/env_steps_trained_per_s`). `ppo_cartpole_ray2` runs PPO with the
+learner's throughput (median `time/learn_throughput`). `ppo_cartpole_ray2` runs PPO with the
 same 2 Ray workers as `appo_cartpole`, so the two throughputs compare like for like.
 Writes results/<suite>.md, results/<suite>.csv and results/curves_<preset>.png, and logs them as
 artifacts of one MLflow run (experiment "regression") in results/mlflow.db.
@@ -40,7 +40,7 @@ def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, fl
     wall = time.perf_counter() - t0
     m = r.metrics
     curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in r.history]
-    trained = [h["time/env_steps_trained_per_s"] for h in r.history[1:]] or [0.0]
+    trained = [h["time/learn_throughput"] for h in r.history[1:]] or [0.0]
     row = {"preset": preset, "seed": seed, "target_met": r.target_met,
            "final_return": round(m["rollout/episode_return_mean"], 1), "env_steps": int(m["timesteps_total"]),
            "train_time_s": round(m["time_total_s"], 1), "wall_s": round(wall, 1),

@@ -63,6 +63,7 @@ class QMLPConfig(MLPConfig):
     hiddens: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     dueling: bool = False  # Q = V + A - mean(A)
+    free_log_std: bool = False  # unused: Q-values have no Gaussian head
 
 
 @MODELS.register("q_mlp", config=QMLPConfig)

@@ -1,0 +1,74 @@
+"""The MLflow writer's message handling, on a real SQLite store: each typed message does its MLflow
+job and replies as the protocol says; a protocol error is reported, not fatal; EOF marks the run KILLED."""
+
+from __future__ import annotations
+
+import queue
+
+from mlflow.tracking import MlflowClient
+
+from rlrun import writer_messages as msg
+from rlrun.mlflow_writer import _one_run, _Run, _serve_jobs, _Shared
+
+
+def serve(uri, messages, init=None):
+    init = init or msg.Init(uri, None, "unit", "r", None, log_model=False)
+    replies: list = []
+    jobs: queue.Queue = queue.Queue()
+    for m in messages:
+        jobs.put(m)
+    shared = _Shared()
+    more = _one_run(_Run(init, shared.client(uri), replies.append, shared), jobs)
+    return more, replies
+
+
+def test_a_run_start_to_end(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "a.txt").write_text("hi")
+    more, replies = serve(uri, [
+        msg.Start({"algo.lr": "0.1"}, {"rlrun.algo": "ppo"}),
+        msg.Metrics([({"rollout/episode_return_mean": 10.0}, 100, 1), ({"rollout/episode_return_mean": 20.0}, 200, 2)]),
+        msg.Tags({"x": "y"}), msg.Artifact(str(tmp_path / "a.txt")), msg.End("FINISHED"),
+    ])
+    assert more is True
+    started = replies[0]
+    assert isinstance(started, msg.RunStarted) and started.last_step == -1 and isinstance(replies[-1], msg.Ended)
+    client = MlflowClient(uri)
+    run = client.get_run(started.run_id)
+    assert run.info.status == "FINISHED" and run.data.params == {"algo.lr": "0.1"}
+    assert run.data.tags["x"] == "y" and run.data.tags["rlrun.algo"] == "ppo"
+    hist = client.get_metric_history(started.run_id, "rollout/episode_return_mean")
+    assert [(m.step, m.value) for m in hist] == [(100, 10.0), (200, 20.0)]
+    assert [a.path for a in client.list_artifacts(started.run_id)] == ["a.txt"]
+
+
+def test_errors_are_replied_and_eof_marks_the_run_killed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    more, replies = serve(uri, [
+        msg.Start({}, {}), msg.Call("create_parent_run", {}),  # not a message inside a run
+        msg.Artifact(str(tmp_path / "missing.txt")), msg.Eof(),
+    ])
+    assert more is False
+    errors = [r.message for r in replies if isinstance(r, msg.Error)]
+    assert errors[0].startswith("Call: TypeError: unexpected message Call inside a run")
+    assert errors[1].startswith("Artifact:")
+    assert MlflowClient(uri).get_run(replies[0].run_id).info.status == "KILLED"
+
+
+def test_a_resumed_run_reports_the_last_step_mlflow_holds(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _, replies = serve(uri, [msg.Start({}, {}), msg.Metrics([({"timesteps_total": 512.0}, 512, 1)]), msg.End("KILLED")])
+    run_id = replies[0].run_id
+    init = msg.Init(uri, None, "unit", "r", run_id, log_model=False)
+    _, again = serve(uri, [msg.Start({}, {"rlrun.resumed_from": "x"}), msg.End("FINISHED")], init)
+    assert again[0] == msg.RunStarted(run_id, 512)
+    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_anything_but_init_or_call_first_is_refused():
+    replies: list = []
+    jobs: queue.Queue = queue.Queue()
+    for m in (msg.Tags({}), msg.Eof()):
+        jobs.put(m)
+    _serve_jobs(jobs, replies.append, _Shared())
+    assert replies == [msg.Error("expected Init, got Tags")]
