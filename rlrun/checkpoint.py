@@ -88,7 +88,7 @@ INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwar
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{key: (checkpoint value, new value)}`` for every leaf that differs."""
-    from rlrun.tracking import flatten
+    from rlrun.provenance import flatten
 
     a, b = flatten(old), flatten(new)
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}

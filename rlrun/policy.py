@@ -193,16 +193,11 @@ class Policy:
         """``num_sgd_iter`` passes over ``batch`` in minibatches; returns averaged stats."""
         lr = self.current_lr()
         set_lr(self.optimizer, lr)
-        sums: dict[str, float] = {}
-        steps = 0
         self.model.train()
-        for mbatch in self._minibatches(batch):
-            for k, v in self.learn_on_minibatch(mbatch, lr).items():
-                sums[k] = sums.get(k, 0.0) + v
-            steps += 1
-        stats = {k: v / steps for k, v in sums.items()}
+        per_step = [self.learn_on_minibatch(mbatch, lr) for mbatch in self._minibatches(batch)]
+        stats = average_stats(per_step)
         stats["train/lr"] = lr
-        stats["train/num_sgd_steps"] = float(steps)
+        stats["train/num_sgd_steps"] = float(len(per_step))
         if SampleBatch.VF_PREDS in batch and SampleBatch.VALUE_TARGETS in batch:
             stats["train/explained_variance"] = explained_variance(
                 batch[SampleBatch.VF_PREDS], batch[SampleBatch.VALUE_TARGETS]
@@ -278,6 +273,17 @@ class Policy:
 
 
 PolicyMap = dict[str, Policy]  # policy id -> Policy, on every worker and on the learner
+
+
+def average_stats(per_step: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each statistic over the steps that reported it (one dict per SGD step)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for stats in per_step:
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+    return {k: v / counts[k] for k, v in sums.items()}
 
 
 def _checked(obj: Any, cls: type[C], what: str) -> C:

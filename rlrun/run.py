@@ -23,17 +23,10 @@ from rlrun.checkpoint import Checkpoint, check_resumable, load_checkpoint, resol
 from rlrun.config import RunConfig, build_config, to_dict
 from rlrun.metrics import STOP_COUNTERS
 from rlrun.plugins import load_plugins
+from rlrun.progress import ProgressLine
+from rlrun.provenance import git_sha, params_from_config, version_tags
 from rlrun.sweep_info import SweepJob
-from rlrun.tracking import (
-    ProgressLine,
-    Tracker,
-    TrackingError,
-    default_tracking_uri,
-    git_sha,
-    make_tracker,
-    params_from_config,
-    version_tags,
-)
+from rlrun.tracking import Tracker, TrackingError, default_tracking_uri, make_tracker
 from rlrun.trainer import Trainer
 
 

@@ -123,14 +123,11 @@ def start_shared_writer() -> tuple[subprocess.Popen[str], str]:
     import os
     import tempfile
 
-    from rlrun.tracking import TrackingError
+    from rlrun.tracking import TrackingError, spawn_writer
 
     address = os.path.join(tempfile.mkdtemp(prefix="rlrun-"), "writer.sock")  # short: AF_UNIX paths < 108 bytes
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import serve; serve(sys.argv[1])", address],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-    )
+    proc: subprocess.Popen[str] = spawn_writer("serve", address, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               text=True)
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != address:  # it listens (before importing mlflow): ~0.1 s
         proc.kill()

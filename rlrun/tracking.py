@@ -1,4 +1,5 @@
-"""Tracking: MLflow (default, SQLite store, no server) or none; plus the console progress line.
+"""Tracking: MLflow (default, SQLite store, no server) or none. The console progress line is
+rlrun/progress.py; what a run records about itself (params, git SHA, versions) is rlrun/provenance.py.
 
 The MLflow tracker does all its work in a child process (``rlrun/mlflow_writer.py``): importing
 mlflow (~1 s), creating the SQLite schema (~1.5 s on first use) and every ``log_batch`` run on the
@@ -8,7 +9,6 @@ in the training loop at the next call, so a broken store stops the run early.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import socket
@@ -23,9 +23,6 @@ from typing import Any
 from rlrun import writer_messages as msg
 from rlrun.config import TrackingConfig
 from rlrun.writer_messages import MetricRow
-
-MAX_PARAM_VALUE = 6000  # MLflow's param value length limit (characters)
-MAX_PARAM_KEY = 250
 
 
 def default_tracking_uri(launch_dir: str | Path) -> str:
@@ -44,55 +41,6 @@ def store_locations(tracking_uri: str | None, artifact_location: str | None,
             raise TrackingError(f"tracking.tracking_uri: a SQLite path must be absolute, got {uri}")
         artifact_location = artifact_location or (db.parent / "mlartifacts").as_uri()
     return uri, artifact_location
-
-
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"algo": {"lr": 1}}`` -> ``{"algo.lr": 1}`` (lists stay values)."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key))
-        else:
-            out[key] = v
-    return out
-
-
-def params_from_config(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """Flattened config as MLflow params, cut to MLflow's key/value length limits."""
-    out = {}
-    for k, v in flatten(cfg).items():
-        s = "null" if v is None else str(v)
-        if len(s) > MAX_PARAM_VALUE:
-            s = s[: MAX_PARAM_VALUE - 3] + "..."
-        out[k[:MAX_PARAM_KEY]] = s
-    return out
-
-
-def git_sha(cwd: str | Path) -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=5, check=False)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def version_tags() -> dict[str, str]:
-    return dict(_version_tags())
-
-
-@functools.lru_cache(maxsize=1)
-def _version_tags() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    tags = {"python": sys.version.split()[0]}
-    for pkg in ("rlrun", "torch", "gymnasium", "numpy", "mlflow", "hydra-core"):
-        try:
-            tags[f"version.{pkg}"] = version(pkg)
-        except PackageNotFoundError:
-            tags[f"version.{pkg}"] = "not installed"
-    return tags
 
 
 class Tracker:
@@ -332,14 +280,20 @@ def _take_writer() -> Writer:
         except OSError:
             pass  # gone (sweep over) or not ours to reach: a child of our own
     ours, theirs = socket.socketpair()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from rlrun.mlflow_writer import run; run(int(sys.argv[1]))",
-         str(theirs.fileno())],
-        pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env,
-    )
+    proc: subprocess.Popen[bytes] = spawn_writer("run", str(theirs.fileno()), pass_fds=[theirs.fileno()],
+                                                 stdin=subprocess.DEVNULL)
     theirs.close()
     return Writer(Connection(ours.detach()), proc)
+
+
+def spawn_writer(entry: str, arg: str, **popen_kwargs: Any) -> Any:
+    """Start an MLflow writer process: a fresh ``python`` (it never re-imports the user's main module)
+    running ``rlrun.mlflow_writer.<entry>(arg)`` (``run``: a trainer's own child on a socket pair fd;
+    ``serve``: a sweep's shared writer on a Unix socket path), with this process's ``sys.path``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    cast = "int(sys.argv[1])" if entry == "run" else "sys.argv[1]"
+    code = f"import sys; from rlrun.mlflow_writer import {entry}; {entry}({cast})"
+    return subprocess.Popen([sys.executable, "-c", code, arg], env=env, **popen_kwargs)
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
@@ -347,42 +301,3 @@ def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: s
     if cfg.backend == "none":
         return Tracker()
     return MlflowTracker(cfg, launch_dir, experiment_name, resume_run_id)
-
-
-class ProgressLine:
-    """A live one-line status on a terminal; a plain line every ``every_s`` seconds otherwise."""
-
-    def __init__(self, enabled: bool = True, every_s: float = 5.0) -> None:
-        self.enabled = enabled
-        self.tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
-        self.every_s = every_s
-        self._last = 0.0
-        self._status: Any = None
-
-    def _text(self, r: Mapping[str, float]) -> str:
-        ret = r.get("rollout/episode_return_mean", math.nan)
-        return (f"iter {int(r['training_iteration']):>5}  steps {int(r['timesteps_total']):>9,}  "
-                f"return {ret:8.2f}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
-                f"{r['time_total_s']:7.1f} s")
-
-    def update(self, r: Mapping[str, float]) -> None:
-        if not self.enabled:
-            return
-        if self.tty:
-            if self._status is None:
-                from rich.console import Console
-
-                self._status = Console(stderr=False).status("", spinner="dots")
-                self._status.start()
-            self._status.update(self._text(r))
-            return
-        now = time.monotonic()
-        if now - self._last >= self.every_s:
-            self._last = now
-            print(self._text(r), flush=True)
-
-    def close(self, r: Mapping[str, float] | None, reason: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-        if self.enabled and r is not None:
-            print(f"{self._text(r)}  -> stopped: {reason}", flush=True)

@@ -74,7 +74,7 @@ def test_stop_spellings():
 def test_build_config_types_and_defaults():
     c = build_config({"algo": {"name": "ppo", "lr": 1}, "stop": {"training_iteration": 2}})
     assert c.algo.lr == 1.0 and isinstance(c.algo.lr, float)
-    assert c.loss.name == "pg"  # plain data: the schema default, no Hydra involved
+    assert c.loss.name == "ppo_clip"  # plain data: the algorithm's default loss, as from the CLI
     with pytest.raises(ConfigError, match=r"seed: expected an integer, got True"):
         build_config({"seed": True})
     with pytest.raises(ConfigError, match=r"model.hiddens\[1\]: expected an integer"):

@@ -26,7 +26,7 @@ from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
 from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp, linear_layers, mlp_forward
-from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
+from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch, average_stats
 from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
 from rlrun.registry import LOSSES, MODELS
 from rlrun.replay import ReplayBuffer
@@ -197,11 +197,7 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
     if len(state.replay) >= cfg.learning_starts:
         mb = cfg.sgd_minibatch_size or 64
         steps = max(1, round(cfg.training_intensity * len(batch) / mb))
-        sums: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in policy.learn_on_batch(state.replay.sample(mb)).items():
-                sums[k] = sums.get(k, 0.0) + v
-        stats = {k: v / steps for k, v in sums.items()}
+        stats = average_stats([policy.learn_on_batch(state.replay.sample(mb)) for _ in range(steps)])
         stats["train/num_sgd_steps"] = float(steps)
     if ctx.timesteps_total - state.last_target_update >= cfg.target_network_update_freq:
         state.target_model.load_state_dict(policy.model.state_dict())

@@ -1,0 +1,46 @@
+"""Built-in models: output shapes, shared vs separate value torso, the Gaussian log-std, Q heads."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlrun.algos.dqn import QMLPConfig, QMLPModel
+from rlrun.models import MLPConfig, MLPModel
+
+OBS = gym.spaces.Box(-1, 1, (3, 2), np.float32)  # non-flat observations are flattened
+
+
+def test_mlp_discrete_shapes_and_separate_value_torso():
+    m = MLPModel(OBS, gym.spaces.Discrete(4), 4, MLPConfig(hiddens=[16, 8]))
+    out = m(torch.zeros(5, 3, 2))
+    assert out.dist_inputs.shape == (5, 4) and out.values.shape == (5,)
+    assert m.vf_torso is not None
+    m.pi_head.weight.data.zero_()
+    m.pi_head.bias.data.zero_()
+    # the policy head no longer depends on the input, the value net still does
+    x = torch.randn(5, 3, 2)
+    assert torch.equal(m(x).dist_inputs, torch.zeros(5, 4)) and m(x).values.std() > 0
+
+
+def test_mlp_shared_torso_and_free_log_std_for_boxes():
+    act = gym.spaces.Box(-1, 1, (2,), np.float32)
+    m = MLPModel(OBS, act, 4, MLPConfig(vf_share_layers=True, free_log_std=True, init_log_std=-0.5))
+    out = m(torch.randn(7, 3, 2))
+    assert m.vf_torso is None and out.dist_inputs.shape == (7, 4)
+    assert torch.allclose(out.dist_inputs[:, 2:], torch.full((7, 2), -0.5))  # state-independent log-std
+
+
+def test_mlp_rejects_an_unknown_activation():
+    with pytest.raises(ValueError, match="model.activation: unknown 'sigmoidx'"):
+        MLPModel(OBS, gym.spaces.Discrete(2), 2, MLPConfig(activation="sigmoidx"))
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_q_model_values_are_the_max_q(dueling):
+    m = QMLPModel(OBS, gym.spaces.Discrete(3), 3, QMLPConfig(hiddens=[8], dueling=dueling))
+    out = m(torch.randn(6, 3, 2))
+    assert out.dist_inputs.shape == (6, 3)
+    assert torch.equal(out.values, out.dist_inputs.max(-1).values)
