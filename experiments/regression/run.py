@@ -1,8 +1,10 @@
 """Learning-regression suite: every preset x N seeds -> a table and a learning-curve plot per preset.
 
-For each run: did it reach its target, final return, env steps and wall time to stop, and the
-learner's throughput (median `time/learn_throughput`). `ppo_cartpole_ray2` runs PPO with the
-same 2 Ray workers as `appo_cartpole`, so the two throughputs compare like for like.
+For each run: did it reach its target, final return, env steps and wall time to stop, the
+iteration's throughput (median `time/env_steps_per_s`: env steps sampled per second of a whole
+iteration) and the learner's (median `time/learn_throughput`: minibatch rows trained per second of
+learning). `ppo_cartpole_ray2` runs PPO with the same 2 Ray workers as `appo_cartpole`, so the two
+compare like for like.
 Writes results/<suite>.md, results/<suite>.csv and results/curves_<preset>.png, and logs them as
 artifacts of one MLflow run (experiment "regression") in results/mlflow.db.
 
@@ -40,11 +42,13 @@ def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, fl
     wall = time.perf_counter() - t0
     m = r.metrics
     curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in r.history]
+    sampled = [h["time/env_steps_per_s"] for h in r.history[1:]] or [0.0]
     trained = [h["time/learn_throughput"] for h in r.history[1:]] or [0.0]
     row = {"preset": preset, "seed": seed, "target_met": r.target_met,
            "final_return": round(m["rollout/episode_return_mean"], 1), "env_steps": int(m["timesteps_total"]),
            "train_time_s": round(m["time_total_s"], 1), "wall_s": round(wall, 1),
-           "learner_steps_per_s": round(statistics.median(trained)), "stop": r.stop_reason}
+           "env_steps_per_s": round(statistics.median(sampled)),
+           "learn_rows_per_s": round(statistics.median(trained)), "stop": r.stop_reason}
     return row, curve
 
 
@@ -68,9 +72,10 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     lines = ["| preset | seed | target met | final return | env steps | train time (s) | wall (s) | "
-             "learner env steps/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "env steps/s | learn rows/s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['preset']} | {r['seed']} | {r['target_met']} | {r['final_return']} | {r['env_steps']:,} | "
-              f"{r['train_time_s']} | {r['wall_s']} | {r['learner_steps_per_s']:,} |" for r in rows]
+              f"{r['train_time_s']} | {r['wall_s']} | {r['env_steps_per_s']:,} | {r['learn_rows_per_s']:,} |"
+              for r in rows]
     lines.append(f"\n{time.strftime('%Y-%m-%d')}, seeds {args.seeds}")
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
