@@ -20,16 +20,19 @@ FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs,
 TENSORS_FILE = "policy.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.yaml"
+HISTORY_FILE = "history.json"  # every iteration's metrics up to this checkpoint: resume replays what MLflow lacks
 
 
 class Checkpoint(NamedTuple):
     state: dict[str, Any]  # tensors and plain containers (policy weights, optimizer, RNG)
     meta: dict[str, Any]  # JSON: format version, counters, algo, env, versions
     config: dict[str, Any]
+    history: list[tuple[dict[str, float], int, int]] = []  # (metrics, env step, timestamp ms) per iteration
 
 
 def save_checkpoint(
-    path: str | Path, state: dict[str, Any], meta: dict[str, Any], config: dict[str, Any]
+    path: str | Path, state: dict[str, Any], meta: dict[str, Any], config: dict[str, Any],
+    history: list[tuple[dict[str, float], int, int]] | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically; an existing one at ``path`` is replaced."""
     path = Path(path)
@@ -39,6 +42,8 @@ def save_checkpoint(
         torch.save(state, tmp / TENSORS_FILE)
         (tmp / META_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, **meta}, indent=2))
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        if history is not None:
+            (tmp / HISTORY_FILE).write_text(json.dumps([[m, step, ts] for m, step, ts in history]))
         for f in tmp.iterdir():  # data on disk before the rename makes it visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -78,7 +83,17 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{str(e).splitlines()[0] if str(e) else ''}); only tensors and plain containers are allowed"
         ) from None
     config = yaml.safe_load((path / CONFIG_FILE).read_text()) or {}
-    return Checkpoint(state, meta, config)
+    return Checkpoint(state, meta, config, _read_history(path / HISTORY_FILE))
+
+
+def _read_history(path: Path) -> list[tuple[dict[str, float], int, int]]:
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+        return [({str(k): float(v) for k, v in m.items()}, int(step), int(ts)) for m, step, ts in rows]
+    except (ValueError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint {path}: not a metric history ({type(e).__name__}: {e})") from None
 
 
 # --------------------------------------------------------------------------- resume

@@ -11,6 +11,7 @@ import re
 import sys
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,7 +21,16 @@ from omegaconf import DictConfig
 from rlrun.compose import compose as compose  # re-exported: tests and tools compose through the CLI module
 from rlrun.compose import compose_to_config
 from rlrun.config import ConfigError
-from rlrun.errors import CheckpointError, NonFiniteLossError, RayConnectionError, WorkerFailure, suggest
+from rlrun.errors import (
+    CheckpointError,
+    NonFiniteLossError,
+    RayConnectionError,
+    RunInterrupted,
+    Terminated,
+    WorkerFailure,
+    is_sigterm,
+    suggest,
+)
 from rlrun.registry import RegistryError
 from rlrun.tracking import TrackingError
 
@@ -45,10 +55,22 @@ def _main(cfg: DictConfig) -> float | None:
     except (WorkerFailure, NonFiniteLossError) as e:
         print(f"rlrun: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:
-        print("rlrun: interrupted; final checkpoint written, MLflow run marked KILLED", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        sys.exit(_interrupted(e))
     return result.metrics.get("rollout/episode_return_mean")
+
+
+def _interrupted(e: KeyboardInterrupt) -> int:
+    """Tell what an interrupted run kept; the exit status: 143 for SIGTERM, 130 for Ctrl-C."""
+    ckpt = e.checkpoint if isinstance(e, RunInterrupted) else None
+    kept = f"final checkpoint {ckpt}" if ckpt else "no checkpoint (no iteration had finished)"
+    what = "terminated (SIGTERM)" if is_sigterm(e) else "interrupted"
+    print(f"rlrun: {what}; {kept}; MLflow run marked KILLED", file=sys.stderr)
+    return 143 if is_sigterm(e) else 130
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def sweep_job(cfg: DictConfig) -> float:
@@ -168,13 +190,16 @@ def _cli() -> int:
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)
         return 2
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM = Ctrl-C: final checkpoint, run KILLED (exit 143)
     try:
         _main()
-    except KeyboardInterrupt:  # Ctrl-C during a sweep (a single run exits 130 inside _main)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM during a sweep (a single run exits inside _main)
         end_interrupted_sweep()
         print("rlrun: sweep interrupted; the running job's run and the sweep's parent run are marked KILLED",
               file=sys.stderr)
-        return 130
+        return 143 if is_sigterm(e) else 130
     if OUTCOME.failed:
         print(f"rlrun: {len(OUTCOME.failed)} of {OUTCOME.total} jobs failed: {', '.join(OUTCOME.failed)}",
               file=sys.stderr)

@@ -15,6 +15,10 @@ from omegaconf.errors import MissingMandatoryValue
 from rlrun.config import ConfigError, RunConfig, build_config
 from rlrun.plugins import load_plugins
 
+# ${rlrun_pid:} in hydra.run.dir / hydra.sweep.dir: runs started in the same second get their own dirs
+if not OmegaConf.has_resolver("rlrun_pid"):
+    OmegaConf.register_new_resolver("rlrun_pid", lambda: str(os.getpid()))
+
 
 def compose_to_config(
     cfg: DictConfig, launch_dir: str, experiment: str | None = None, output_dir: str | None = None

@@ -28,3 +28,22 @@ class WorkerFailure(RuntimeError):
 
 class RayConnectionError(RuntimeError):
     """``rollout.ray.address`` names no reachable Ray cluster."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (systemd, Slurm, Kubernetes stopping a job): handled exactly like Ctrl-C - final
+    checkpoint, run marked KILLED - but the process exits 143 (128 + SIGTERM)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """What ``run()`` raises after Ctrl-C or SIGTERM, once the run is wound down: how it was stopped
+    and the final checkpoint it wrote (None if no iteration had finished)."""
+
+    def __init__(self, sigterm: bool, checkpoint: str | None) -> None:
+        super().__init__("SIGTERM" if sigterm else "Ctrl-C")
+        self.sigterm = sigterm
+        self.checkpoint = checkpoint
+
+
+def is_sigterm(e: BaseException) -> bool:
+    return isinstance(e, Terminated) or (isinstance(e, RunInterrupted) and e.sigterm)

@@ -6,7 +6,9 @@ parent-run jobs by name (``WRITER_CALLS``), so it never imports mlflow itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,71 @@ from omegaconf import OmegaConf
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
 
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock on a SQLite store (``<db>.lock`` beside it) across processes: the first-time
+    schema migration and experiment creation must happen once, not in several runs at once (two
+    concurrent migrations leave a store half-migrated for good). Other stores need none."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(uri[len("sqlite:///"):]).with_name(Path(uri).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_store(uri: str) -> Any:
+    """An MlflowClient whose store exists and is migrated (done under ``store_lock``)."""
+    from mlflow.tracking import MlflowClient
+
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # creates / migrates the schema now, under the lock
+    return client
+
+
 def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
-               tags: dict[str, str]) -> str:
-    """A new run in ``experiment_name`` (the experiment is created on first use); its id."""
-    exp = client.get_experiment_by_name(experiment_name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
-                                                                    artifact_location=artifact_location)
+               tags: dict[str, str], uri: str = "") -> str:
+    """A new run in ``experiment_name`` (the experiment is created on first use, under the store's
+    lock: two runs creating it at once would collide); its id."""
+    with store_lock(uri):
+        exp = client.get_experiment_by_name(experiment_name)
+        exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
+                                                                        artifact_location=artifact_location)
     run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
     return run_id
+
+
+def reap_dead_runs(client: Any, experiment_name: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of ``experiment_name`` whose trainer process on this host is gone
+    (killed together with its writer, e.g. by the OOM killer); returns their ids."""
+    import socket
+
+    from rlrun.provenance import process_start
+
+    exp = client.get_experiment_by_name(experiment_name)
+    if exp is None:
+        return []
+    host = socket.gethostname()
+    reaped = []
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get("rlrun.host") != host or not tags.get("rlrun.pid", "").isdigit():
+            continue
+        start = process_start(int(tags["rlrun.pid"]))
+        if start is not None and start == tags.get("rlrun.pid_start", start):
+            continue  # alive
+        client.set_tag(run.info.run_id, "rlrun.stop_reason", "the trainer process is gone (killed)")
+        client.set_terminated(run.info.run_id, "KILLED")
+        reaped.append(run.info.run_id)
+    return reaped
 
 
 def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
@@ -36,10 +95,8 @@ def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
 def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
                       tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
     """The sweep's parent run (and the store and experiment, once, before any job); its id."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    run_id = create_run(client, experiment_name, artifact_location, run_name, tags)
+    client = open_store(uri)
+    run_id = create_run(client, experiment_name, artifact_location, run_name, tags, uri)
     log_params(client, run_id, params)
     for f in files:
         client.log_artifact(run_id, f)

@@ -21,7 +21,7 @@ from typing import Any
 
 from rlrun import writer_messages as msg
 from rlrun.fast_exit import exit_now
-from rlrun.mlflow_runs import WRITER_CALLS, create_run, log_curve, log_params
+from rlrun.mlflow_runs import WRITER_CALLS, create_run, log_curve, log_params, open_store, reap_dead_runs
 
 
 def run(fd: int) -> None:
@@ -98,9 +98,9 @@ class _Shared:
 
     def client(self, uri: str) -> Any:
         with self.lock:
-            from mlflow.tracking import MlflowClient
-
-            return self.clients.get(uri) or self.clients.setdefault(uri, MlflowClient(tracking_uri=uri))
+            if uri not in self.clients:
+                self.clients[uri] = open_store(uri)
+            return self.clients[uri]
 
     def count_run(self, delta: int) -> None:
         with self.books:
@@ -258,7 +258,9 @@ def _on_start(run: _Run, job: msg.Start) -> bool:
         hist = client.get_metric_history(run.run_id, "timesteps_total")
         run.reply(msg.RunStarted(run.run_id, max((m.step for m in hist), default=-1)))
     else:
-        run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags)
+        reap_dead_runs(client, init.experiment_name)
+        run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags,
+                                init.uri)
         run.reply(msg.RunStarted(run.run_id, -1))
         log_params(client, run.run_id, job.params)
     _warm_up(run.shared, model=init.log_model)

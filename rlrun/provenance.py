@@ -60,3 +60,22 @@ def _version_tags() -> dict[str, str]:
         except PackageNotFoundError:
             tags[f"version.{pkg}"] = "not installed"
     return tags
+
+
+def process_tags() -> dict[str, str]:
+    """Which process runs this MLflow run: host, pid and the pid's start time (Linux: clock ticks
+    since boot), so a later run can tell a live run from one whose process is gone (pid reuse too)."""
+    import os
+    import socket
+
+    return {"rlrun.host": socket.gethostname(), "rlrun.pid": str(os.getpid()),
+            "rlrun.pid_start": process_start(os.getpid()) or ""}
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (field 22 of /proc/<pid>/stat), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name; starttime is the 22nd

@@ -6,6 +6,7 @@ Tests and the CLI both call this; it takes a validated ``RunConfig`` or plain co
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -21,13 +22,15 @@ import yaml
 
 from rlrun.checkpoint import Checkpoint, check_resumable, load_checkpoint, resolve_resume, save_checkpoint
 from rlrun.config import RunConfig, build_config, to_dict
+from rlrun.errors import CheckpointError, RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS
 from rlrun.plugins import load_plugins
 from rlrun.progress import ProgressLine
-from rlrun.provenance import git_sha, params_from_config, version_tags
+from rlrun.provenance import git_sha, params_from_config, process_tags, version_tags
 from rlrun.sweep_info import SweepJob
-from rlrun.tracking import Tracker, TrackingError, default_tracking_uri, make_tracker
+from rlrun.tracking import Tracker, TrackingError, clean_metrics, default_tracking_uri, make_tracker
 from rlrun.trainer import Trainer
+from rlrun.writer_messages import MetricRow
 
 
 @dataclass
@@ -61,17 +64,19 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
     makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
     ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
+    interrupted: KeyboardInterrupt | None = None
     try:
         ctx.trainer = make_trainer_from(ctx.cfg, ctx.launch)
         if ctx.resumed:
             ctx.trainer.set_state(ctx.resumed.state)
-            ctx.tracker.wait_started()  # learn which env steps MLflow already holds
+            _replay_history(ctx)
         if ctx.trainer.workers.ray_address:
             ctx.tracker.set_tags({"ray.address": ctx.trainer.workers.ray_address})
         _loop(ctx, ctx.trainer)
         ctx.status = "FINISHED"
-    except KeyboardInterrupt:
-        ctx.status, ctx.reason = "KILLED", "interrupted (Ctrl-C)"
+    except KeyboardInterrupt as e:
+        ctx.status, ctx.reason = "KILLED", f"interrupted ({'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'})"
+        interrupted = e
         raise
     except BaseException as e:
         ctx.reason = f"failed: {type(e).__name__}: {e}"
@@ -80,6 +85,9 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         raise
     finally:
         _finish(ctx)
+        if interrupted is not None:  # what the CLI tells the user
+            raise RunInterrupted(isinstance(interrupted, Terminated),
+                                 str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
     return RunResult(ctx.result, ctx.reason, target_met(ctx.cfg.stop, ctx.result), ctx.checkpoint,
                      ctx.out_dir, ctx.tracker.run_id, ctx.history)
 
@@ -98,7 +106,9 @@ class _RunContext:
     progress: ProgressLine
     trainer: Trainer | None = None
     result: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations
+    metric_rows: list[MetricRow] = field(default_factory=list)  # every iteration of the run (resumes included)
+    checkpoint_written: bool = False
     reason: str = "not started"
     status: str = "FAILED"
     checkpoint: Path = Path()
@@ -119,7 +129,6 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     out_dir = Path(cfg.output_dir) if cfg.output_dir else Path(tempfile.mkdtemp(prefix="rlrun-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     resumed, changes, resume_path = None, {}, None
     if cfg.resume:  # resolved and checked before anything starts
         uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
@@ -127,6 +136,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         resumed = load_checkpoint(resume_path)
         changes = check_resumable(resumed.config, config_dict, resume_path)
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
+    check_output_dir_is_ours(out_dir, resume_run_id)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     tracker = make_tracker(cfg.tracking, launch, cfg.experiment or "default", resume_run_id)
     tags = _run_tags(cfg, launch)
     if resumed:
@@ -139,14 +150,37 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
     return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, ProgressLine(cfg.progress),
-                       checkpoint=out_dir / "checkpoints")
+                       checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [])
+
+
+def _replay_history(ctx: _RunContext) -> None:
+    """Resume: send the iterations the checkpoint covers that MLflow never got (the trainer was
+    killed before its writer sent them); steps MLflow holds are skipped by the tracker."""
+    ctx.tracker.wait_started()  # learn which env steps MLflow already holds
+    for metrics, step, ts in ctx.metric_rows:
+        ctx.tracker.log_metrics(metrics, step, ts)
+
+
+def check_output_dir_is_ours(out_dir: Path, resume_run_id: str | None) -> None:
+    """Refuse an output dir that holds another run's checkpoints (two runs' checkpoints must never
+    mix); a resumed run may continue in its own."""
+    for meta in sorted((out_dir / "checkpoints").glob("iter_*/meta.json")):
+        try:
+            owner = json.loads(meta.read_text()).get("mlflow_run_id")
+        except (OSError, ValueError, AttributeError):
+            owner = None
+        if owner is None or owner != resume_run_id:
+            raise CheckpointError(
+                f"output_dir: {out_dir} already holds checkpoints of another run ({meta.parent.name}, MLflow run "
+                f"{owner}); give this run its own output_dir, or resume that run with resume={meta.parent}"
+            )
 
 
 def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
     sha = git_sha(launch)
     return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
             "rlrun.experiment": cfg.experiment or "default", "rlrun.seed": str(cfg.seed),
-            "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags()}
+            "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags(), **process_tags()}
 
 
 def _loop(ctx: _RunContext, trainer: Trainer) -> None:
@@ -155,12 +189,14 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
     while True:
         ctx.result = trainer.train()
         ctx.history.append(ctx.result)
+        row = (clean_metrics(ctx.result), int(ctx.result["timesteps_total"]), int(time.time() * 1000))
+        ctx.metric_rows.append(row)
         ctx.tracker.check()
-        ctx.tracker.log_metrics(ctx.result, step=int(ctx.result["timesteps_total"]))
+        ctx.tracker.log_metrics(*row)
         ctx.progress.update(ctx.result)
         every = cfg.checkpoint.every_n_iters
         if every and trainer.iteration % every == 0:
-            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker)
+            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows)
         met = stop_reason(cfg.stop, ctx.result)
         if met:
             ctx.reason = met
@@ -173,7 +209,9 @@ def _finish(ctx: _RunContext) -> None:
     trainer = ctx.trainer
     try:
         if trainer is not None and trainer.iteration > 0:
-            ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker)
+            ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
+                                              ctx.metric_rows)
+            ctx.checkpoint_written = True
             if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
             _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
@@ -202,7 +240,7 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
 
 
 def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
-                     config_dict: dict[str, Any], tracker: Any) -> Path:
+                     config_dict: dict[str, Any], tracker: Any, history: list[MetricRow] | None = None) -> Path:
     """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
     ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op."""
     root = out_dir / "checkpoints"
@@ -212,7 +250,7 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
     tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
     meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(), "mlflow_run_id": tracker.run_id,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
-    save_checkpoint(path, trainer.get_state(), meta, config_dict)
+    save_checkpoint(path, trainer.get_state(), meta, config_dict, history)
     tracker.log_artifacts(path, f"checkpoints/{path.name}")
     done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("iter_"))
     for old in done[: -cfg.checkpoint.keep_last]:

@@ -51,7 +51,7 @@ class Tracker:
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None: ...
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None: ...
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None: ...
 
@@ -81,6 +81,12 @@ class Tracker:
 
 class TrackingError(RuntimeError):
     pass
+
+
+def clean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The finite numbers of a result dict, as floats (what MLflow stores)."""
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 FLUSH_EVERY_S = 1.0  # metrics of the iterations within this window go out in one log_batch
@@ -116,7 +122,9 @@ class MlflowTracker(Tracker):
         try:
             self._conn.send(message)
         except OSError as e:
-            raise TrackingError(f"MLflow tracking process is gone ({self.uri}): {e}") from None
+            self._poll()  # the writer's own error, if it sent one before it went, is the real cause
+            raise TrackingError(f"MLflow tracking process is gone ({self._writer.exit_status()}, {self.uri}): "
+                                f"{e}") from None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
         self._send(msg.Start(dict(params), dict(tags)))
@@ -130,12 +138,10 @@ class MlflowTracker(Tracker):
             raise TrackingError(f"MLflow run was not created within {timeout:.0f} s ({self.uri})")
         return self.run_id
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> None:
         if step <= self._skip_through_step:
             return  # a redone iteration after a crash: MLflow already has this step
-        clean = {k: float(v) for k, v in metrics.items()
-                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
-        self._pending.append((clean, step, int(time.time() * 1000)))
+        self._pending.append((clean_metrics(metrics), step, timestamp_ms or int(time.time() * 1000)))
         if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
             self._flush()
 
@@ -280,8 +286,10 @@ def _take_writer() -> Writer:
         except OSError:
             pass  # gone (sweep over) or not ours to reach: a child of our own
     ours, theirs = socket.socketpair()
+    # its own session: a scheduler or the OOM killer that kills the trainer's process group leaves
+    # the writer alive to finish what it was sent and mark the run KILLED when the socket closes
     proc: subprocess.Popen[bytes] = spawn_writer("run", str(theirs.fileno()), pass_fds=[theirs.fileno()],
-                                                 stdin=subprocess.DEVNULL)
+                                                 stdin=subprocess.DEVNULL, start_new_session=True)
     theirs.close()
     return Writer(Connection(ours.detach()), proc)
 
