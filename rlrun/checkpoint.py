@@ -61,29 +61,49 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Load a checkpoint directory; refuses anything that would need unpickling code."""
+    """Load a checkpoint directory; refuses anything that would need unpickling code, and says in
+    one line which file is missing, unreadable or not what it should be."""
     path = Path(path)
     for name in (TENSORS_FILE, META_FILE, CONFIG_FILE):
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path}: missing {name} (is this an rlrun checkpoint directory?)")
-    try:
-        meta = json.loads((path / META_FILE).read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"checkpoint {path / META_FILE}: not valid JSON ({e})") from None
+    meta = _read_mapping(path / META_FILE, json.loads, "a JSON object")
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {path / META_FILE}: format_version {version!r}, this rlrun reads {FORMAT_VERSION}"
         )
+    config = _read_mapping(path / CONFIG_FILE, yaml.safe_load, "a YAML mapping")
+    return Checkpoint(_load_tensors(path / TENSORS_FILE), meta, config, _read_history(path / HISTORY_FILE))
+
+
+def _read_mapping(path: Path, parse: Any, what: str) -> dict[str, Any]:
     try:
-        state = torch.load(path / TENSORS_FILE, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle.UnpicklingError for payloads that need code
+        data = parse(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
+        raise CheckpointError(f"checkpoint {path}: not {what} ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {path}: expected {what}, got a {type(data).__name__}")
+    return data
+
+
+def _load_tensors(path: Path) -> dict[str, Any]:
+    import pickle
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # weights_only refuses payloads that need code
         raise CheckpointError(
-            f"checkpoint {path / TENSORS_FILE}: refused to load ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}); only tensors and plain containers are allowed"
+            f"checkpoint {path}: refused to load ({str(e).splitlines()[0] if str(e) else 'UnpicklingError'}); "
+            "only tensors and plain containers are allowed"
         ) from None
-    config = yaml.safe_load((path / CONFIG_FILE).read_text()) or {}
-    return Checkpoint(state, meta, config, _read_history(path / HISTORY_FILE))
+    except Exception as e:  # truncated or corrupt zip archive, wrong file type
+        raise CheckpointError(f"checkpoint {path}: cannot be read, truncated or corrupt? ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: expected a mapping of state, got a {type(state).__name__}")
+    return state
 
 
 def _read_history(path: Path) -> list[tuple[dict[str, float], int, int]]:

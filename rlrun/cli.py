@@ -24,6 +24,7 @@ from rlrun.config import ConfigError
 from rlrun.errors import (
     CheckpointError,
     NonFiniteLossError,
+    PluginError,
     RayConnectionError,
     RunInterrupted,
     Terminated,
@@ -34,7 +35,7 @@ from rlrun.errors import (
 from rlrun.registry import RegistryError
 from rlrun.tracking import TrackingError
 
-USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError)
+USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError, PluginError)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")
@@ -193,8 +194,20 @@ def _cli() -> int:
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM = Ctrl-C: final checkpoint, run KILLED (exit 143)
+    user_wants_trace = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors instead of printing them: we say them in one line
+    if user_wants_trace:
+        os.environ["RLRUN_TRACEBACK"] = "1"  # and a plugin's own bug shows its traceback
     try:
         _main()
+    except Exception as e:
+        from rlrun.cli_errors import hydra_error_line
+
+        line = None if user_wants_trace else hydra_error_line(e, [a for a in sys.argv[1:] if not a.startswith("-")])
+        if line is None:
+            raise
+        print(f"rlrun: error: {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM during a sweep (a single run exits inside _main)
         end_interrupted_sweep()
         print("rlrun: sweep interrupted; the running job's run and the sweep's parent run are marked KILLED",

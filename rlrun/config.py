@@ -9,9 +9,11 @@ schema and gets the same checks as the built-in ones. The generic key/type check
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from rlrun.domains import check_domains, check_memory
 from rlrun.errors import suggest
 from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
@@ -208,10 +210,14 @@ def normalize_stop(stop: Any) -> dict[str, float]:
 def check_config(cfg: RunConfig) -> RunConfig:
     """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit,
     value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
+    check_domains(cfg)
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
-    for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer):
+    for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
+                  _check_plugin_rules):
         check(cfg)
+    r = cfg.rollout
+    check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
     return cfg
 
 
@@ -252,6 +258,8 @@ def _check_stop(cfg: RunConfig) -> None:
                 f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
                 f"{suggest(key, known)}. Stop keys: {', '.join(known)}"
             )
+        if math.isnan(value) or (key in STOP_COUNTERS and not math.isfinite(value)):
+            raise ConfigError(f"stop.{key}: must be a finite number, got {value!r}")
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
     if cfg.objective not in known and cfg.objective != "steps_to_target":
@@ -304,6 +312,17 @@ def _check_algo_values(cfg: RunConfig) -> None:
             f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
             "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
         )
+
+
+def _check_plugin_rules(cfg: RunConfig) -> None:
+    """Checks a registry entry brings along (``validate=`` at registration): e.g. a model's activation."""
+    for key, registry, section in (("algo", ALGOS, cfg.algo), ("loss", LOSSES, cfg.loss), ("model", MODELS, cfg.model)):
+        validate = registry.entry(section.name).info.get("validate")
+        if validate is None:
+            continue
+        problem = validate(section)
+        if problem:
+            raise ConfigError(f"{key}.{problem}")
 
 
 def _check_optimizer(cfg: RunConfig) -> None:

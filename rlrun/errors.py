@@ -47,3 +47,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 def is_sigterm(e: BaseException) -> bool:
     return isinstance(e, Terminated) or (isinstance(e, RunInterrupted) and e.sigterm)
+
+
+class PluginError(ValueError):
+    """User code (a model, a loss, an env) broke its contract: wrong shapes, wrong return types."""

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlrun.config import ModelConfig
+from rlrun.errors import suggest
 from rlrun.registry import MODELS
 
 
@@ -73,7 +74,15 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-@MODELS.register("mlp", config=MLPConfig)
+def check_mlp_config(c: MLPConfig) -> str | None:
+    """What is wrong with an MLP config (``key: message`` below ``model``), checked before compute."""
+    if c.activation not in ACTIVATIONS:
+        return f"activation: unknown '{c.activation}'{suggest(c.activation, list(ACTIVATIONS))}; known: " \
+               f"{', '.join(ACTIVATIONS)}"
+    return None
+
+
+@MODELS.register("mlp", config=MLPConfig, validate=check_mlp_config)
 class MLPModel(nn.Module):
     """Fully connected actor-critic with a shared or a separate value network."""
 

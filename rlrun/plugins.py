@@ -9,6 +9,7 @@ the places that build objects from names for a run: the CLI, ``run()``, remote w
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,8 @@ def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ())
         if d not in sys.path:
             sys.path.insert(0, d)
     for i, mod in enumerate(modules):
+        if not mod or not all(part.isidentifier() for part in mod.split(".")):
+            raise RegistryError(f"plugins[{i}]: {mod!r} is not a module name (like my_losses or pkg.models)")
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -47,4 +50,21 @@ def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ())
                     f"plugins[{i}]: cannot import module '{mod}' (looked on sys.path, including "
                     f"{', '.join(str(d) for d in search_dirs) or 'the current directory'})"
                 ) from None
-            raise
+            raise RegistryError(f"plugins[{i}]: module '{mod}' needs '{e.name}', which is not installed") from None
+        except Exception as e:  # a bug in the plugin itself: one line; HYDRA_FULL_ERROR=1 shows the traceback
+            if os.environ.get("RLRUN_TRACEBACK"):
+                raise
+            raise RegistryError(f"plugins[{i}]: importing '{mod}' failed: {_where(e)}") from None
+
+
+def _where(e: BaseException) -> str:
+    """``SyntaxError: invalid syntax (my_losses.py, line 3)`` or the innermost frame of the error."""
+    import traceback
+
+    if isinstance(e, SyntaxError):
+        return f"SyntaxError: {e.msg} ({Path(e.filename or '?').name}, line {e.lineno})"
+    frames = traceback.extract_tb(e.__traceback__)
+    last = frames[-1] if frames else None
+    at = f" ({Path(last.filename).name}, line {last.lineno})" if last else ""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}{at}"

@@ -27,7 +27,7 @@ from torch import nn
 from rlrun.batch import SampleBatch
 from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
-from rlrun.errors import NonFiniteLossError  # re-exported
+from rlrun.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
 from rlrun.optim import Optimizer, make_optimizer, set_lr
 from rlrun.postprocessing import explained_variance, piecewise
 from rlrun.registry import DISTRIBUTIONS, MODELS
@@ -135,6 +135,7 @@ class Policy:
         self.model: nn.Module = MODELS.get(spec.model.name)(
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
+        _check_model_output(self.model, spec, num_outputs)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         opt = spec.algo.optimizer
         self.optimizer: Optimizer = make_optimizer(opt.name, self._params, spec.algo.lr, spec.algo.adam_eps, opt.kwargs)
@@ -222,6 +223,11 @@ class Policy:
     def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
         """One loss evaluation and optimizer step; its stats (``loss/*``, ``train/*``), not averaged."""
         out = self.loss_fn(self, self.model, self.dist_class, mbatch)
+        if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
+            got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
+                out.total, torch.Tensor) else f"a {type(out).__name__}"
+            raise PluginError(f"loss.name: loss '{self.loss_config.name}' returned {got}; a loss returns "
+                              "LossOutput(total=<scalar tensor>, terms, stats)")
         total = float(out.total.detach())
         if not math.isfinite(total):  # stop before the step: the weights stay as they were
             raise NonFiniteLossError(
@@ -284,6 +290,23 @@ def average_stats(per_step: list[dict[str, float]]) -> dict[str, float]:
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
     return {k: v / counts[k] for k, v in sums.items()}
+
+
+def _check_model_output(model: nn.Module, spec: PolicySpec, num_outputs: int) -> None:
+    """One forward pass on a sample observation: the model must return ModelOutput(dist_inputs [B,
+    num_outputs], values [B]) - else one line naming the model and the shapes, before training."""
+    name = spec.model.name
+    try:
+        with torch.no_grad():
+            out = model(torch.as_tensor(np.asarray(spec.obs_space.sample())[None]))
+        dist_shape, value_shape = tuple(out.dist_inputs.shape), tuple(out.values.shape)
+    except Exception as e:
+        raise PluginError(f"model.name: model '{name}' failed on a sample observation: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if dist_shape != (1, num_outputs) or value_shape != (1,):
+        raise PluginError(f"model.name: model '{name}' returned dist_inputs of shape {dist_shape} and values of "
+                          f"shape {value_shape} for one observation; the action distribution needs (1, {num_outputs}) "
+                          "and (1,)")
 
 
 def _checked(obj: Any, cls: type[C], what: str) -> C:

@@ -21,7 +21,8 @@ import torch
 import yaml
 
 from rlrun.checkpoint import Checkpoint, check_resumable, load_checkpoint, resolve_resume, save_checkpoint
-from rlrun.config import RunConfig, build_config, to_dict
+from rlrun.config import ConfigError, RunConfig, build_config, to_dict
+from rlrun.envs import probe_env
 from rlrun.errors import CheckpointError, RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS
 from rlrun.plugins import load_plugins
@@ -126,8 +127,14 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
+    probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize)  # env API mistakes: one line, before anything starts
     out_dir = Path(cfg.output_dir) if cfg.output_dir else Path(tempfile.mkdtemp(prefix="rlrun-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / ".rlrun-write-test").touch()
+        (out_dir / ".rlrun-write-test").unlink()
+    except OSError as e:
+        raise ConfigError(f"output_dir: cannot write to {out_dir}: {e.strerror or e}") from None
     config_dict = to_dict(cfg)
     resumed, changes, resume_path = None, {}, None
     if cfg.resume:  # resolved and checked before anything starts
@@ -135,6 +142,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         resume_path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from")
         resumed = load_checkpoint(resume_path)
         changes = check_resumable(resumed.config, config_dict, resume_path)
+        check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     check_output_dir_is_ours(out_dir, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
@@ -159,6 +167,30 @@ def _replay_history(ctx: _RunContext) -> None:
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
     for metrics, step, ts in ctx.metric_rows:
         ctx.tracker.log_metrics(metrics, step, ts)
+
+
+def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path) -> None:
+    """Load the checkpoint's state into policies built from ``cfg`` (no workers, no Ray) and check its
+    counters, so that a checkpoint that cannot be resumed is refused before anything starts."""
+    from rlrun.envs import make_vector_env
+    from rlrun.workers import make_policy_factory
+
+    state = ckpt.state
+    try:
+        counters = state["counters"]
+        for key in STOP_COUNTERS:
+            float(counters[key])
+        env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
+        spaces = env.single_observation_space, env.single_action_space
+        env.close()
+        policies = make_policy_factory(cfg, launch)(*spaces)
+        for pid, policy in policies.items():
+            policy.set_state(state["policies"][pid])
+        _ = (state["episodes"]["returns"], state["rng"]["torch"])  # present
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        text = str(e).splitlines()[0] if str(e) else ""
+        raise CheckpointError(f"resume: checkpoint {where} does not fit this config ({type(e).__name__}: "
+                              f"{text[:300]}); nothing was changed") from None
 
 
 def check_output_dir_is_ours(out_dir: Path, resume_run_id: str | None) -> None:

@@ -11,7 +11,7 @@ load_builtins()
 # (overrides, exit code, substrings the message must contain)
 CLI_CASES = [
     (["+algo.num_sgd_iters=3"], 2, ["algo.num_sgd_iters: unknown key", "did you mean 'num_sgd_iter'"]),
-    (["algo.foo=3"], 1, ["algo.foo", "not in struct"]),  # Hydra's own check of plain overrides
+    (["algo.foo=3"], 2, ["algo.foo: unknown key", "+algo.foo=<value>"]),  # Hydra's check of plain overrides
     (["algo.lr=abc"], 2, ["algo.lr: expected a number, got 'abc'"]),
     (["algo.num_sgd_iter=2.5"], 2, ["algo.num_sgd_iter: expected an integer, got 2.5"]),
     (["rollout.batch_mode=complete"], 2, ["rollout.batch_mode: 'complete' is not one of",
@@ -29,7 +29,7 @@ CLI_CASES = [
     (["+experiment=ppo_cartpole", "algo.train_batch_size=500"], 2,
      ["rollout.num_envs_per_worker: 'auto' needs algo.train_batch_size (500) to be a multiple of",
       "rollout_fragment_length x max(num_workers, 1) = 32 x 1 = 32"]),
-    (["rollout=ray", "rollout.num_cpus_per_worker=0"], 2, ["rollout.num_cpus_per_worker: must be positive"]),
+    (["rollout=ray", "rollout.num_cpus_per_worker=0"], 2, ["rollout.num_cpus_per_worker: 0.0 must be positive"]),
     (["algo.sgd_minibatch_size=1024"], 2, ["algo.sgd_minibatch_size: 1024", "algo.train_batch_size=256"]),
     (["loss=custom"], 2, ["loss.name: missing mandatory value"]),
     (["algo=dqn", "loss=ppo_clip"], 2, ["loss.name: loss 'ppo_clip' needs batch columns",

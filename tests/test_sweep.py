@@ -59,22 +59,41 @@ def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
     client = _store(tmp_path)
     parent, children = _sweep_runs(client)
     assert [c.info.status for c in children] == ["FAILED", "FINISHED"]
-    assert children[0].data.tags["rlrun.error"] == "algo.lr: must be positive, got -1"
+    assert children[0].data.tags["rlrun.error"] == "algo.lr: -1.0 must be positive"
     assert "job.log" in {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert parent.info.status == "FINISHED"
     assert "1 of 2 jobs failed: job 0 (algo.lr=-1)" in p.stderr
     assert "2 jobs, 1 finished, 1 failed: job 0 (`algo.lr=-1`)" in p.stdout
 
 
+EXPLODING_ENV = """
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+from rlrun import ENVS
+
+
+class Explodes(CartPoleEnv):
+    def step(self, action):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps > 300:  # passes the env check before training, fails inside the run
+            raise RuntimeError("the simulator exploded")
+        return super().step(action)
+
+
+ENVS.add("explodes", Explodes, vector=False)
+"""
+
+
 def test_a_job_failing_inside_the_run_keeps_its_run_and_error(tmp_path):
-    # an env kwarg CartPole rejects fails when the trainer builds its envs, after the child run exists
-    p = run_cli(["-m", "+experiment=ppo_cartpole", "+env.kwargs.bogus=1", "seed=0,1", "progress=false"], tmp_path)
+    (tmp_path / "explode_env.py").write_text(EXPLODING_ENV)
+    p = run_cli(["-m", "+experiment=ppo_cartpole", "env.id=explodes", "plugins=[explode_env]", "seed=0,1",
+                 "progress=false"], tmp_path)
     assert p.returncode == 1  # every job failed
     client = _store(tmp_path)
     _, children = _sweep_runs(client)
     assert [c.info.status for c in children] == ["FAILED", "FAILED"]
     for c in children:
-        assert "rejected" in c.data.tags["rlrun.error"], c.data.tags["rlrun.error"]
+        assert "the simulator exploded" in c.data.tags["rlrun.error"], c.data.tags["rlrun.error"]
         assert c.data.params["seed"] in ("0", "1")  # the run was started by run(): params are there
         assert {"config.yaml", "job.log"} <= {a.path for a in client.list_artifacts(c.info.run_id)}
 

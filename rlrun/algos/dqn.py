@@ -25,7 +25,17 @@ from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register
 from rlrun.batch import SampleBatch as SB
 from rlrun.config import AlgoConfig, LossConfig
 from rlrun.distributions import ActionDistribution
-from rlrun.models import _ACT_FNS, ACTIVATIONS, MLPConfig, ModelOutput, _init, _mlp, linear_layers, mlp_forward
+from rlrun.models import (
+    _ACT_FNS,
+    ACTIVATIONS,
+    MLPConfig,
+    ModelOutput,
+    _init,
+    _mlp,
+    check_mlp_config,
+    linear_layers,
+    mlp_forward,
+)
 from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch, average_stats
 from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
 from rlrun.registry import LOSSES, MODELS
@@ -66,7 +76,7 @@ class QMLPConfig(MLPConfig):
     free_log_std: bool = False  # unused: Q-values have no Gaussian head
 
 
-@MODELS.register("q_mlp", config=QMLPConfig)
+@MODELS.register("q_mlp", config=QMLPConfig, validate=check_mlp_config)
 class QMLPModel(nn.Module):
     """Q-network: ``dist_inputs`` are Q-values ``[B, num_actions]``, ``values`` = max_a Q."""
 
