@@ -66,6 +66,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
     ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
     interrupted: KeyboardInterrupt | None = None
+    failed: BaseException | None = None
     try:
         ctx.trainer = make_trainer_from(ctx.cfg, ctx.launch)
         if ctx.resumed:
@@ -81,11 +82,16 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         raise
     except BaseException as e:
         ctx.reason = f"failed: {type(e).__name__}: {e}"
+        failed = e
         with contextlib.suppress(TrackingError):  # a broken tracker must not hide the real error
             ctx.tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
         raise
     finally:
-        _finish(ctx)
+        try:
+            _finish(ctx)
+        except TrackingError:
+            if failed is None and interrupted is None:
+                raise  # otherwise the run's own error (already propagating) is the one to report
         if interrupted is not None:  # what the CLI tells the user
             raise RunInterrupted(isinstance(interrupted, Terminated),
                                  str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
@@ -135,6 +141,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         (out_dir / ".rlrun-write-test").unlink()
     except OSError as e:
         raise ConfigError(f"output_dir: cannot write to {out_dir}: {e.strerror or e}") from None
+    _check_store_dir(cfg)
     config_dict = to_dict(cfg)
     resumed, changes, resume_path = None, {}, None
     if cfg.resume:  # resolved and checked before anything starts
@@ -167,6 +174,41 @@ def _replay_history(ctx: _RunContext) -> None:
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
     for metrics, step, ts in ctx.metric_rows:
         ctx.tracker.log_metrics(metrics, step, ts)
+
+
+def _check_store_dir(cfg: RunConfig) -> None:
+    """A SQLite tracking store must be creatable where it is asked for, before anything starts."""
+    uri = cfg.tracking.tracking_uri
+    if cfg.tracking.backend != "mlflow" or not uri:
+        return
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+        return
+    if not uri.startswith("sqlite:///"):
+        return
+    parent = Path(uri[len("sqlite:///"):]).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"tracking.tracking_uri: cannot create the store's directory {parent}: "
+                          f"{e.strerror or e}") from None
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"tracking.tracking_uri: the store's directory {parent} is not writable")
+
+
+def _check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Something must listen at an MLflow server's address (MLflow itself retries for minutes)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(uri)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname or "localhost", port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ConfigError(f"tracking.tracking_uri: no MLflow server answers at {uri} "
+                          f"({e.strerror or type(e).__name__})") from None
 
 
 def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path) -> None:
@@ -279,16 +321,26 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
     path = root / f"iter_{trainer.iteration:06d}"
     if path.exists():
         return path
-    tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
+    try:
+        tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
+        tracking_ok = True
+    except TrackingError:  # the checkpoint is kept locally all the same; the error is reported by the run
+        tracking_ok = False
     meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(), "mlflow_run_id": tracker.run_id,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
     save_checkpoint(path, trainer.get_state(), meta, config_dict, history)
-    tracker.log_artifacts(path, f"checkpoints/{path.name}")
+    if tracking_ok:
+        tracker.log_artifacts(path, f"checkpoints/{path.name}")
+        _prune_checkpoints(root, cfg.checkpoint.keep_last, tracker)
+    return path
+
+
+def _prune_checkpoints(root: Path, keep_last: int, tracker: Tracker) -> None:
+    """Keep the newest ``keep_last`` local checkpoints; an older one goes only once MLflow has it."""
     done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("iter_"))
-    for old in done[: -cfg.checkpoint.keep_last]:
+    for old in done[:-keep_last]:
         if tracker.is_uploaded(old):  # never delete a checkpoint MLflow has not finished copying
             shutil.rmtree(old, ignore_errors=True)
-    return path
 
 
 def make_trainer_from(cfg: RunConfig, launch_dir: str | Path | None = None) -> Trainer:

@@ -110,6 +110,7 @@ class MlflowTracker(Tracker):
         self.experiment_name = cfg.experiment_name or experiment_name
         self.run_id: str | None = None
         self._pending: list[MetricRow] = []
+        self._error: TrackingError | None = None  # the writer's first error: every later call reports it
         self._uploaded: set[str] = set()
         self._last_flush = 0.0
         self._ended = False
@@ -175,8 +176,11 @@ class MlflowTracker(Tracker):
                 elif isinstance(reply, msg.Uploaded):
                     self._uploaded.add(reply.local_dir)
                 elif isinstance(reply, msg.Error):
-                    raise TrackingError(f"MLflow tracking failed ({self.uri}): {reply.message}")
+                    self._error = self._error or TrackingError(f"MLflow tracking failed ({self.uri}): {reply.message}")
+                    raise self._error
         except (EOFError, OSError):
+            if self._error is not None:  # the writer said why before it went: that is the real cause
+                raise self._error from None
             if not self._ended:
                 raise TrackingError(
                     f"MLflow tracking process exited unexpectedly ({self._writer.exit_status()}, {self.uri})"
@@ -299,6 +303,9 @@ def spawn_writer(entry: str, arg: str, **popen_kwargs: Any) -> Any:
     running ``rlrun.mlflow_writer.<entry>(arg)`` (``run``: a trainer's own child on a socket pair fd;
     ``serve``: a sweep's shared writer on a Unix socket path), with this process's ``sys.path``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    # a tracking server that goes away fails the run in ~15 s, not after MLflow's ~4 min of retries
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     cast = "int(sys.argv[1])" if entry == "run" else "sys.argv[1]"
     code = f"import sys; from rlrun.mlflow_writer import {entry}; {entry}({cast})"
     return subprocess.Popen([sys.executable, "-c", code, arg], env=env, **popen_kwargs)
