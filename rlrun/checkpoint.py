@@ -90,13 +90,16 @@ def _read_mapping(path: Path, parse: Any, what: str) -> dict[str, Any]:
 
 def _load_tensors(path: Path) -> dict[str, Any]:
     import pickle
+    import warnings
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:  # weights_only refuses payloads that need code
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of foreign files
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # weights_only refuses payloads that need code to rebuild
         raise CheckpointError(
-            f"checkpoint {path}: refused to load ({str(e).splitlines()[0] if str(e) else 'UnpicklingError'}); "
-            "only tensors and plain containers are allowed"
+            f"checkpoint {path}: refused to load: it holds objects that need code to rebuild; only tensors and "
+            "plain containers are allowed (never load such a file with weights_only=False unless you made it)"
         ) from None
     except Exception as e:  # truncated or corrupt zip archive, wrong file type
         raise CheckpointError(f"checkpoint {path}: cannot be read, truncated or corrupt? ({type(e).__name__}: "

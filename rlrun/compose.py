@@ -17,7 +17,9 @@ from rlrun.plugins import load_plugins
 
 # ${rlrun_pid:} in hydra.run.dir / hydra.sweep.dir: runs started in the same second get their own dirs
 if not OmegaConf.has_resolver("rlrun_pid"):
-    OmegaConf.register_new_resolver("rlrun_pid", lambda: str(os.getpid()))
+    # cached: Hydra copies the driver's resolver cache into every job's config, so jobs in other processes
+    # (the Ray launcher) resolve the same sweep dir
+    OmegaConf.register_new_resolver("rlrun_pid", lambda: str(os.getpid()), use_cache=True)
 
 
 def compose_to_config(

@@ -53,7 +53,8 @@ def serve(address: str) -> None:
     try:
         _quiet()
         shared = _Shared()
-        listener = Listener(address, family="AF_UNIX")
+        key = msg.read_authkey(address)
+        listener = Listener(address, family="AF_UNIX")  # the key is checked per connection, in its thread
         print(address, flush=True)  # ready: the driver waits for this line
         os.dup2(2, 1)  # anything printed later goes where the driver's errors go, not into a pipe no one reads
 
@@ -63,7 +64,7 @@ def serve(address: str) -> None:
                     conn = listener.accept()
                 except OSError:
                     return
-                threading.Thread(target=_serve, args=(conn, shared), daemon=True).start()
+                threading.Thread(target=_serve_authenticated, args=(conn, key, shared), daemon=True).start()
 
         threading.Thread(target=accept, daemon=True).start()
         threading.Thread(target=_warm_up_all, args=(shared,), daemon=True).start()
@@ -76,6 +77,7 @@ def serve(address: str) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(address)
+            os.unlink(os.path.join(os.path.dirname(address), msg.AUTHKEY_FILE))
             os.rmdir(os.path.dirname(address))
         exit_now(0, run_exit_handlers=False)
 
@@ -157,6 +159,28 @@ def _quiet() -> None:
 
 
 Reply = Callable[[Any], None]
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _serve_authenticated(conn: Connection, key: bytes, shared: _Shared) -> None:
+    """A sweep writer's connection: the client must prove it has the key (multiprocessing's HMAC
+    challenge, both ways, as ``Listener(authkey=...)`` does) within ``HANDSHAKE_TIMEOUT_S`` before a
+    single message is read; otherwise the connection is closed and nothing else is disturbed."""
+    import threading
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import answer_challenge, deliver_challenge
+
+    timer = threading.Timer(HANDSHAKE_TIMEOUT_S, conn.close)
+    timer.start()
+    try:
+        deliver_challenge(conn, key)
+        answer_challenge(conn, key)
+    except (AuthenticationError, EOFError, OSError):
+        conn.close()
+        return
+    finally:
+        timer.cancel()
+    _serve(conn, shared)
 
 
 def _serve(conn: Connection, shared: _Shared) -> None:

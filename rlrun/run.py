@@ -10,7 +10,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,7 +133,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
     probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize)  # env API mistakes: one line, before anything starts
-    out_dir = Path(cfg.output_dir) if cfg.output_dir else Path(tempfile.mkdtemp(prefix="rlrun-"))
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / ".rlrun-write-test").touch()
@@ -174,6 +173,17 @@ def _replay_history(ctx: _RunContext) -> None:
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
     for metrics, step, ts in ctx.metric_rows:
         ctx.tracker.log_metrics(metrics, step, ts)
+
+
+def default_output_dir(launch: Path) -> Path:
+    """Where a run from Python without ``output_dir`` writes: ``<launch dir>/outputs/<date>/<time>-<pid>``,
+    the CLI's layout (so ``resume=latest`` finds it), never an uncleaned temp dir; unique per call."""
+    stamp = time.strftime("%Y-%m-%d/%H-%M-%S")
+    for i in range(1000):
+        path = launch / "outputs" / f"{stamp}-{os.getpid()}{f'-{i}' if i else ''}"
+        if not path.exists():
+            return path
+    raise ConfigError(f"output_dir: no free directory name under {launch / 'outputs'}")
 
 
 def _check_store_dir(cfg: RunConfig) -> None:

@@ -34,6 +34,7 @@ class SweepOutcome:  # the driver's view of the current sweep, for Ctrl-C and th
     total: int = 0
     failed: list[str] = field(default_factory=list)
     writer: Any = None  # the shared MLflow writer process
+    writer_dir: str | None = None  # its private socket directory
 
 
 def _stop_shared_writer() -> None:
@@ -41,9 +42,18 @@ def _stop_shared_writer() -> None:
     from rlrun.tracking import use_shared_writer
 
     use_shared_writer(None)
-    if OUTCOME.writer is not None and OUTCOME.writer.stdin is not None:
-        OUTCOME.writer.stdin.close()
-        OUTCOME.writer = None
+    proc, OUTCOME.writer = OUTCOME.writer, None
+    if proc is None or proc.stdin is None:
+        return
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=120)  # it finishes the runs it was sent, then removes its socket dir itself
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if OUTCOME.writer_dir:  # and if it could not (killed): nothing of the sweep stays in /tmp
+        import shutil
+
+        shutil.rmtree(OUTCOME.writer_dir, ignore_errors=True)
 
 
 OUTCOME = SweepOutcome()
@@ -94,6 +104,7 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     # one MLflow writer process for every job on this machine (not one per Ray worker): it imports
     # mlflow while the parent run is created and Ray starts
     OUTCOME.writer, address = start_shared_writer()
+    OUTCOME.writer_dir = str(Path(address).parent)
     use_shared_writer(address)  # jobs in this process (basic launcher)
     made: list[SweepInfo | BaseException] = []
 
@@ -126,6 +137,7 @@ def start_shared_writer() -> tuple[subprocess.Popen[str], str]:
     from rlrun.tracking import TrackingError, spawn_writer
 
     address = os.path.join(tempfile.mkdtemp(prefix="rlrun-"), "writer.sock")  # short: AF_UNIX paths < 108 bytes
+    msg.new_authkey(address)
     proc: subprocess.Popen[str] = spawn_writer("serve", address, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                text=True)
     assert proc.stdout is not None
@@ -166,7 +178,7 @@ def _in_writer(address: str | None, name: str, kwargs: dict[str, Any]) -> Any:
         return WRITER_CALLS[name](**kwargs)
     from multiprocessing.connection import Client
 
-    with Client(address, family="AF_UNIX") as conn:
+    with Client(address, family="AF_UNIX", authkey=msg.read_authkey(address)) as conn:
         conn.send(msg.Call(name, kwargs))
         reply = conn.recv()
     if isinstance(reply, msg.Error):

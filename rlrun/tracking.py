@@ -283,11 +283,12 @@ def _take_writer() -> Writer:
             return w
         w.close()
     if shared and os.path.exists(shared):
+        from multiprocessing import AuthenticationError
         from multiprocessing.connection import Client
 
         try:
-            return Writer(Client(shared, family="AF_UNIX"), address=shared)
-        except OSError:
+            return Writer(Client(shared, family="AF_UNIX", authkey=msg.read_authkey(shared)), address=shared)
+        except (OSError, AuthenticationError):
             pass  # gone (sweep over) or not ours to reach: a child of our own
     ours, theirs = socket.socketpair()
     # its own session: a scheduler or the OOM killer that kills the trainer's process group leaves

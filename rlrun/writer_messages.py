@@ -8,10 +8,31 @@ Writer -> trainer: ``RunStarted``, ``Uploaded``, ``Ended``, ``Result`` and ``Err
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MetricRow = tuple[dict[str, float], int, int]  # (metrics, step, timestamp in ms)
+AUTHKEY_FILE = "authkey"  # beside a shared writer's socket, in its 0700 directory, mode 0600
+
+
+def new_authkey(socket_path: str) -> bytes:
+    """A random key for the shared writer listening at ``socket_path``, written 0600 beside it: every
+    connection must prove it knows the key (multiprocessing's HMAC challenge) before anything is read."""
+    import secrets
+
+    key = secrets.token_bytes(32)
+    path = Path(socket_path).with_name(AUTHKEY_FILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
+def read_authkey(socket_path: str) -> bytes:
+    """The key of the shared writer at ``socket_path`` (only its user can read it)."""
+    return Path(socket_path).with_name(AUTHKEY_FILE).read_bytes()
 
 
 @dataclass(frozen=True)

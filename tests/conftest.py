@@ -36,7 +36,13 @@ def on_ray_cluster(command, port):
             --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
         {command}
         rc=$?
-        ray stop --force >/dev/null 2>&1
+        # stop only this head's processes (their command lines name its temp dir): `ray stop --force`
+        # would kill every Ray process on the machine
+        for sig in TERM KILL; do
+            for pid in $(pgrep -f -- "{ray_tmp}"); do [ "$pid" != "$$" ] && kill -$sig "$pid" 2>/dev/null; done
+            sleep 2
+        done
+        rm -rf "{ray_tmp}"
         exit $rc
     """)
     return isolated(["bash", "-c", script])

@@ -72,3 +72,39 @@ def test_anything_but_init_or_call_first_is_refused():
         jobs.put(m)
     _serve_jobs(jobs, replies.append, _Shared())
     assert replies == [msg.Error("expected Init, got Tags")]
+
+
+def test_the_shared_writer_refuses_connections_without_its_key(tmp_path):
+    """A sweep's writer socket: wrong key -> refused; a silent client is dropped; the writer serves
+    a client with the key afterwards as if nothing happened."""
+    import os
+    import shutil
+    import socket
+    import time
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    from rlrun.sweep import start_shared_writer
+
+    proc, address = start_shared_writer()
+    try:
+        assert oct(os.stat(os.path.dirname(address)).st_mode & 0o777) == "0o700"
+        assert oct(os.stat(msg.Path(address).with_name(msg.AUTHKEY_FILE)).st_mode & 0o777) == "0o600"
+        with __import__("pytest").raises(AuthenticationError):
+            Client(address, family="AF_UNIX", authkey=b"not the key")
+        silent = socket.socket(socket.AF_UNIX)
+        silent.connect(address)  # connects, never answers the challenge
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        t0 = time.monotonic()
+        with Client(address, family="AF_UNIX", authkey=msg.read_authkey(address)) as conn:
+            conn.send(msg.Call("end_parent_run", {"uri": uri, "parent_run_id": "nope", "status": "KILLED"}))
+            reply = conn.recv()
+        assert isinstance(reply, msg.Error) and "end_parent_run" in reply.message  # served: no such run
+        assert time.monotonic() - t0 < 8  # not held up by the silent client
+        silent.close()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        removed_by_writer = not os.path.exists(os.path.dirname(address))
+        shutil.rmtree(os.path.dirname(address), ignore_errors=True)
+    assert removed_by_writer  # the writer removed its socket, key and directory itself

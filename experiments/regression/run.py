@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,10 +37,11 @@ def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, fl
     from rlrun.cli import compose
     from rlrun.run import run
 
-    cfg = compose([*PRESETS[preset], f"seed={seed}", "tracking=none", "progress=false"])
-    t0 = time.perf_counter()
-    r = run(cfg)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="rlrun-regression-") as out:  # checkpoints are not kept
+        cfg = compose([*PRESETS[preset], f"seed={seed}", "tracking=none", "progress=false", f"output_dir={out}"])
+        t0 = time.perf_counter()
+        r = run(cfg)
+        wall = time.perf_counter() - t0
     m = r.metrics
     curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in r.history]
     sampled = [h["time/env_steps_per_s"] for h in r.history[1:]] or [0.0]
