@@ -75,10 +75,12 @@ def serve(address: str) -> None:
             time.sleep(0.1)
         listener.close()
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(address)
-            os.unlink(os.path.join(os.path.dirname(address), msg.AUTHKEY_FILE))
-            os.rmdir(os.path.dirname(address))
+        # each step on its own: Listener.close() has usually unlinked the socket already
+        folder = os.path.dirname(address)
+        for remove, path in ((os.unlink, address), (os.unlink, os.path.join(folder, msg.AUTHKEY_FILE)),
+                             (os.rmdir, folder)):
+            with contextlib.suppress(OSError):
+                remove(path)
         exit_now(0, run_exit_handlers=False)
 
 
