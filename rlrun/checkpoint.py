@@ -30,6 +30,25 @@ class Checkpoint(NamedTuple):
     history: list[tuple[dict[str, float], int, int]] = []  # (metrics, env step, timestamp ms) per iteration
 
 
+def remove_dead_writes(root: Path) -> None:
+    """Remove the temp dirs (``.iter_N.tmp-<pid>-*``, ``.iter_N.old-<pid>``) that a checkpoint write left
+    when its process was killed; a write of a process that is still alive is left alone."""
+    for leftover in root.glob(".iter_*.*-*") if root.is_dir() else []:
+        pid = leftover.name.split(".")[-1].split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def save_checkpoint(
     path: str | Path, state: dict[str, Any], meta: dict[str, Any], config: dict[str, Any],
     history: list[tuple[dict[str, float], int, int]] | None = None,
@@ -37,7 +56,7 @@ def save_checkpoint(
     """Write a checkpoint directory atomically; an existing one at ``path`` is replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
     try:
         torch.save(state, tmp / TENSORS_FILE)
         (tmp / META_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, **meta}, indent=2))

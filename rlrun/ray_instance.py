@@ -20,6 +20,7 @@ def init_ray(rc: RayConfig) -> bool:
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     if rc.address is None:
         # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
+        keep_on_loopback()
         ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
                  _node_ip_address="127.0.0.1", **quiet)  # type: ignore[arg-type]
         return True
@@ -29,6 +30,23 @@ def init_ray(rc: RayConfig) -> bool:
     except ConnectionError as e:
         raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}") from None
     return True
+
+
+def keep_on_loopback() -> None:
+    """Make a private Ray instance listen on 127.0.0.1 only. Ray 2.60 turns ``_node_ip_address=127.0.0.1``
+    into the machine's routable address (``resolve_ip_for_localhost``), so GCS, raylet, workers and the
+    agents listened on ``::``, ``0.0.0.0`` or the LAN address (12 of 13 sockets, measured). Ray keeps
+    everything on loopback when "clusters are disabled" - its default on macOS/Windows - which one
+    environment variable sets for every process it starts; the driver reads the constant it was
+    imported with, so that is set too. Measured after: every listening socket on 127.0.0.1
+    (``tests/test_worker_set.py``)."""
+    os.environ[LOOPBACK_ENV] = "0"
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:

@@ -19,7 +19,14 @@ from typing import Any
 import torch
 import yaml
 
-from rlrun.checkpoint import Checkpoint, check_resumable, load_checkpoint, resolve_resume, save_checkpoint
+from rlrun.checkpoint import (
+    Checkpoint,
+    check_resumable,
+    load_checkpoint,
+    remove_dead_writes,
+    resolve_resume,
+    save_checkpoint,
+)
 from rlrun.config import ConfigError, RunConfig, build_config, to_dict
 from rlrun.envs import probe_env
 from rlrun.errors import CheckpointError, RunInterrupted, Terminated
@@ -149,6 +156,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         resumed = load_checkpoint(resume_path)
         changes = check_resumable(resumed.config, config_dict, resume_path)
         check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
+        remove_dead_writes(resume_path.parent)  # what a kill during the resumed run's last write left
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     check_output_dir_is_ours(out_dir, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
@@ -331,6 +339,7 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
     path = root / f"iter_{trainer.iteration:06d}"
     if path.exists():
         return path
+    remove_dead_writes(root)
     try:
         tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
         tracking_ok = True

@@ -11,6 +11,25 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# Ray keeps a session dir (logs, sockets) per instance under $RAY_TMPDIR/ray (default /tmp/ray), and
+# torch.optim's first step creates torch's compile cache dir /tmp/torchinductor_<user>: the suite's go in
+# one short dir of its own (Ray's socket paths have a length limit), removed at the end of the session.
+SUITE_TMP = tempfile.mkdtemp(prefix="rls", dir="/tmp")
+os.environ["RAY_TMPDIR"] = SUITE_TMP
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP, "inductor")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_tmp():
+    """The suite leaves nothing new in /tmp (pytest's own pytest-of-<user> aside, which keeps the
+    directories of failed tests)."""
+    before = set(os.listdir("/tmp"))
+    yield
+    shutil.rmtree(SUITE_TMP, ignore_errors=True)
+    new = sorted(n for n in set(os.listdir("/tmp")) - before if not n.startswith("pytest-of-"))
+    assert not new, f"left in /tmp by the test suite: {new}"
+
+
 def run_cli(args, cwd, timeout=600, env=None):
     """Run the real `python -m rlrun` in ``cwd``; returns the CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
@@ -18,12 +37,18 @@ def run_cli(args, cwd, timeout=600, env=None):
                           timeout=timeout, env=full_env)
 
 
-def isolated(argv):
+def isolated(argv, fake_lan=False):
     """``argv`` run in a fresh network namespace whose only interface is loopback, so the Ray
-    processes a test starts (which bind every interface) can only be reached on 127.0.0.1."""
-    if shutil.which("unshare") and shutil.which("ip"):
-        return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
-    return list(argv)
+    processes a test starts can only be reached on 127.0.0.1. ``fake_lan`` adds a veth pair inside the
+    namespace (192.0.2.1, TEST-NET-1, default route; packets reach nothing outside) so that a program
+    sees a "LAN" address it could wrongly bind to, as on a real machine."""
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return list(argv)
+    setup = "ip link set lo up"
+    if fake_lan:
+        setup += (" && ip link add lan0 type veth peer name lan1 && ip addr add 192.0.2.1/24 dev lan0"
+                  " && ip link set lan0 up && ip link set lan1 up && ip route add default dev lan0")
+    return ["unshare", "--net", "sh", "-c", f'{setup} && exec "$@"', "sh", *argv]
 
 
 def on_ray_cluster(command, port):

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import mlflow
@@ -34,7 +35,9 @@ def cartpole_run(tmp_path_factory):
 
 def _load_model(d, run_id):
     mlflow.set_tracking_uri(f"sqlite:///{d / 'mlflow.db'}")  # what MLFLOW_TRACKING_URI does for a user
-    return mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    # dst_path: without it MLflow downloads the model into a temp dir it never removes
+    dst = Path(tempfile.mkdtemp(prefix="model-", dir=d))
+    return mlflow.pyfunc.load_model(f"runs:/{run_id}/model", dst_path=str(dst))
 
 
 def _eval_cli(cwd, *args):

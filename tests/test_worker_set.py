@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -217,3 +218,51 @@ def test_remote_workers_follow_the_learners_schedules(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     learner = int(p.stdout.split("learner ")[1].split()[0])
     assert learner >= 3 * 256 and f"workers [{learner}, {learner}]" in p.stdout, p.stdout
+
+
+@pytest.mark.ray
+def test_a_private_ray_instance_listens_on_loopback_only_and_dies_with_its_run(tmp_path):
+    args = ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2", "tracking=none", "progress=false",
+            "stop.timesteps_total=100000000", "++stop={rollout/episode_return_mean: 100000}"]
+    proc = subprocess.Popen(isolated(rlrun_cmd(*args), fake_lan=True), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        family: list[psutil.Process] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            if sum("RolloutWorker" in p.name() for p in family) == 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(3.0)  # the workers are sampling; every Ray process has opened its ports
+        listening = listening_addresses(proc.pid)  # the namespace holds only this run's processes
+        assert len(listening) >= 8, listening  # gcs_server, raylet, agents, workers
+        exposed = [a for a in listening if a not in ("127.0.0.1", "::1")]
+        assert not exposed, exposed
+        os.killpg(proc.pid, signal.SIGKILL)  # what a scheduler or the OOM killer does
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def listening_addresses(pid: int) -> list[str]:
+    """IP of every TCP socket listening in ``pid``'s network namespace (from /proc/<pid>/net/tcp{,6};
+    psutil matches sockets against the caller's namespace only)."""
+    import ipaddress
+
+    out = []
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state != "0A":  # LISTEN
+                continue
+            raw = bytes.fromhex(local.split(":")[0])
+            # the kernel prints each 32-bit word in host (little-endian) order
+            word_swapped = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(word_swapped)
+            out.append(str(getattr(ip, "ipv4_mapped", None) or ip))
+    return out
