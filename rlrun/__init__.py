@@ -17,7 +17,7 @@ _EXPORTS = {
     "Algorithm": "rlrun.algorithm", "register_algorithm": "rlrun.algorithm", "make_policy": "rlrun.algorithm",
     "ALGOS": "rlrun.registry", "DISTRIBUTIONS": "rlrun.registry", "ENVS": "rlrun.registry",
     "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry", "OPTIMIZERS": "rlrun.registry",
-    "run": "rlrun.run", "make_trainer": "rlrun.run", "RunConfig": "rlrun.config",
+    "run": "rlrun.runner", "make_trainer": "rlrun.runner", "RunConfig": "rlrun.config",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -40,7 +40,7 @@ USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayCo
 
 @hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")
 def _main(cfg: DictConfig) -> float | None:
-    from rlrun.run import run
+    from rlrun.runner import run
 
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:
@@ -79,7 +79,7 @@ def sweep_job(cfg: DictConfig) -> float:
     recorded (FAILED child, ``rlrun.error`` tag, ``job.log``) and NaN returned, so the sweep goes on."""
     from dataclasses import replace
 
-    from rlrun.run import run
+    from rlrun.runner import run
     from rlrun.sweep import Tee, record_failed_job
     from rlrun.sweep_info import SweepJob, objective_value, read_sweep_info
 

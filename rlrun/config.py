@@ -279,9 +279,14 @@ def _check_batch_arithmetic(cfg: RunConfig) -> None:
     if a.train_batch_size % round_size:
         lo = a.train_batch_size // round_size * round_size
         fits = " or ".join(str(x) for x in (lo, lo + round_size) if x > 0)
+        hints = [f"algo.train_batch_size={fits}"]
+        for key, other in (("rollout_fragment_length", r.num_envs_per_worker),
+                           ("num_envs_per_worker", r.rollout_fragment_length)):
+            if a.train_batch_size % (int(other) * workers) == 0:  # "auto" sizes this one to the batch
+                hints.append(f"rollout.{key}=auto (= {a.train_batch_size // (int(other) * workers)})")
         raise ConfigError(
             f"algo.train_batch_size: {a.train_batch_size} is not a multiple of one sampling round, {formula}; "
-            f"use algo.train_batch_size={fits}, or change the rollout sizes"
+            f"use {' or '.join(hints)}"
         )
     mb = a.sgd_minibatch_size
     if mb is not None and not 1 <= mb <= a.train_batch_size:

@@ -216,7 +216,7 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
 def warm_worker(writer_address: str | None) -> None:
     """In a Ray worker: import what a job needs and connect to the MLflow writer."""
     import rlrun.compose
-    import rlrun.run  # noqa: F401
+    import rlrun.runner  # noqa: F401
     from rlrun.tracking import _IDLE_WRITERS, _take_writer, use_shared_writer
 
     use_shared_writer(writer_address)

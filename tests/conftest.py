@@ -13,19 +13,27 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Ray keeps a session dir (logs, sockets) per instance under $RAY_TMPDIR/ray (default /tmp/ray), and
 # torch.optim's first step creates torch's compile cache dir /tmp/torchinductor_<user>: the suite's go in
-# one short dir of its own (Ray's socket paths have a length limit), removed at the end of the session.
-SUITE_TMP = tempfile.mkdtemp(prefix="rls", dir="/tmp")
-os.environ["RAY_TMPDIR"] = SUITE_TMP
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP, "inductor")
+# one short dir of its own (Ray's socket paths have a length limit), removed when pytest ends.
+SUITE_TMP: list[str] = []
+
+
+def pytest_configure(config):
+    SUITE_TMP.append(tempfile.mkdtemp(prefix="rls", dir="/tmp"))
+    os.environ["RAY_TMPDIR"] = SUITE_TMP[0]
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP[0], "inductor")
+
+
+def pytest_unconfigure(config):
+    for d in SUITE_TMP:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_in_tmp():
     """The suite leaves nothing new in /tmp (pytest's own pytest-of-<user> aside, which keeps the
-    directories of failed tests)."""
+    directories of failed tests; and the suite's own dir above)."""
     before = set(os.listdir("/tmp"))
     yield
-    shutil.rmtree(SUITE_TMP, ignore_errors=True)
     new = sorted(n for n in set(os.listdir("/tmp")) - before if not n.startswith("pytest-of-"))
     assert not new, f"left in /tmp by the test suite: {new}"
 

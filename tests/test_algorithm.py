@@ -11,7 +11,7 @@ import torch
 from rlrun.algos.ppo import KLState
 from rlrun.cli import compose
 from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.run import make_trainer_from, run
+from rlrun.runner import make_trainer_from, run
 from tests.conftest import REPO, run_cli
 
 PLUGINS = REPO / "tests" / "plugins"

@@ -4,7 +4,7 @@ from rlrun.config import EnvConfig, ModelConfig
 from rlrun.evaluation import evaluate
 from rlrun.plugins import load_builtins
 from rlrun.registry import ENVS, MODELS
-from rlrun.run import run
+from rlrun.runner import run
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
 load_builtins()

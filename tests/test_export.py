@@ -17,7 +17,7 @@ from PIL import Image
 from rlrun.cli import compose
 from rlrun.eval_cli import parse_args
 from rlrun.export import load_policy
-from rlrun.run import run
+from rlrun.runner import run
 
 from .conftest import REPO
 

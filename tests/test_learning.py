@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun.cli import compose
-from rlrun.run import run
+from rlrun.runner import run
 
 from .conftest import REPO
 

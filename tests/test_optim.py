@@ -35,7 +35,7 @@ def test_state_round_trip():
 
 def test_any_torch_optimizer_by_name_with_its_options(tmp_path):
     from rlrun.cli import compose
-    from rlrun.run import make_trainer_from
+    from rlrun.runner import make_trainer_from
 
     cfg = compose(["+experiment=ppo_cartpole", "tracking=none", "algo.optimizer.name=SGD",
                    "+algo.optimizer.kwargs.momentum=0.9"], str(tmp_path))

@@ -1,11 +1,205 @@
+"""Every command and code block of the README runs here, in README order, in one launch directory (later
+blocks use what earlier ones made: runs, checkpoints, a sweep). Commands that would train long get a
+small budget appended, the way a user would shorten them; placeholders (``/abs/path``, ``run_id``,
+``multirun/<date>/<time>``) are filled in. A block this file does not know how to run fails the test,
+so a new README example cannot go untested."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.conftest import REPO, isolated
+
+README = (REPO / "README.md").read_text()
+BUDGET = "stop.timesteps_total=3072"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str
+    text: str
+    line: int
+
+    @property
+    def id(self) -> str:
+        return f"L{self.line}-{self.lang or 'text'}"
+
+
+def blocks() -> list[Block]:
+    out = []
+    for m in re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", README, re.S | re.M):
+        text = textwrap.dedent("\n".join(ln[len(m[1]):] for ln in m[3].splitlines()))
+        out.append(Block(m[2], text, README[: m.start()].count("\n") + 1))
+    return out
+
+
+BLOCKS = blocks()
+RUNNABLE = [b for b in BLOCKS if b.lang in ("bash", "python", "console")]
+
+
+def commands(block: Block) -> list[str]:
+    """The shell commands of a bash block, trailing comments removed."""
+    return [re.sub(r"\s+#\s.*$", "", ln).strip() for ln in block.text.splitlines() if ln.strip()]
 
 
 def test_ci_runs_the_readme_test_command():
-    readme = (REPO / "README.md").read_text()
-    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:]]
-    test_cmd = next(b for b in blocks if "pytest" in b and b.startswith("pip install"))
-    ci = (REPO / ".ci" / "run").read_text().splitlines()
-    assert test_cmd in ci
+    test_cmd = next(c for b in RUNNABLE for c in commands(b) if "pytest" in c and c.startswith("pip install"))
+    assert test_cmd in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_only_the_directory_tree_is_not_runnable():
+    assert [b.text.split("\n")[0] for b in BLOCKS if b not in RUNNABLE] == ["conf/"]
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("readme")
+
+
+def sh(cmd: str, cwd: Path, timeout: float = 900, wrap=None) -> subprocess.CompletedProcess[str]:
+    argv = ["bash", "-c", cmd]
+    p = subprocess.run(wrap(argv) if wrap else argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       env=ENV)
+    assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def with_budget(cmd: str) -> str:
+    """``cmd`` with at most ``BUDGET`` env steps (and 2 Optuna trials) if it trains."""
+    if not re.match(r"rlrun ", cmd) or "--cfg" in cmd or "debug=fast" in cmd:
+        return cmd
+    cmd = re.sub(r"hydra\.sweeper\.n_trials=\d+", "hydra.sweeper.n_trials=2", cmd)
+    if "stop.timesteps_total=" in cmd:
+        return re.sub(r"stop\.timesteps_total=\S+", BUDGET, cmd)
+    return f"{cmd} {BUDGET}"
+
+
+def run_bash_command(cmd: str, launch: Path) -> None:
+    if cmd.startswith("pip install"):
+        # the install is what .ci/run did before this suite started (torch pinned to the local CPU build)
+        install, _, rest = cmd.partition("&&")
+        assert install.startswith("pip install torch==2.13.0 -e ")
+        if rest.strip().startswith("python -m pytest"):
+            return  # the suite itself: CI runs it (test_ci_runs_the_readme_test_command)
+        out = sh(rest.strip(), launch).stdout  # the first run trains to the target, as the README says
+        assert "stopped: rollout/episode_return_mean" in out, out[-2000:]
+        return
+    if cmd.startswith("mlflow ui"):
+        return mlflow_ui(cmd, launch)
+    if cmd.startswith("python -m pytest"):
+        # the fast-test selection of the Development section: collect it (running the suite inside itself
+        # would recurse) and check it picks the tests it says it does
+        p = sh(f"{cmd} --collect-only -q -p no:cacheprovider", REPO)
+        assert "test_faults.py" in p.stdout and "test_learning.py" not in p.stdout
+        return
+    if cmd.startswith(("ruff ", "mypy")):
+        sh(cmd, REPO)  # the Development section's commands run in a checkout
+        return
+    if cmd.startswith("ray start --head"):
+        return ray_cluster(cmd, launch)
+    if cmd.startswith("rlrun-report "):
+        sweep = sorted(launch.glob("multirun/*/*"))[0]
+        cmd = cmd.replace("multirun/<date>/<time>", str(sweep.relative_to(launch)))
+    wrap = isolated if ("rollout=ray" in cmd or "launcher=ray" in cmd) else None
+    sh(with_budget(cmd), launch, wrap=wrap)
+
+
+def mlflow_ui(cmd: str, launch: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["bash", "-c", f"exec {cmd} --port {port}"], cwd=launch, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, page = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert "MLflow" in page, proc.stderr.read()[-2000:] if proc.poll() is not None else "no answer"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+def ray_cluster(cmd: str, launch: Path) -> None:
+    """``ray start --head && rlrun ...``: in a loopback-only namespace, with a temp dir of its own so
+    that only this head's processes are stopped afterwards (never ``ray stop --force``)."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    head, rest = cmd.split("&&", 1)
+    script = textwrap.dedent(f"""
+        export RAY_TMPDIR={ray_tmp}
+        {head.strip()} --num-cpus=2 --include-dashboard=false --disable-usage-stats >/dev/null 2>&1 || exit 90
+        {with_budget(rest.strip())}
+        rc=$?
+        for sig in TERM KILL; do
+            for pid in $(pgrep -f -- "{ray_tmp}"); do [ "$pid" != "$$" ] && kill -$sig "$pid" 2>/dev/null; done
+            sleep 2
+        done
+        rm -rf "{ray_tmp}"
+        exit $rc
+    """)
+    sh(script, launch, wrap=isolated)
+
+
+def run_python(block: Block, launch: Path) -> None:
+    code = block.text
+    if "LOSSES.register" in code:  # "Put this in my_losses.py next to where you run rlrun"
+        (launch / "my_losses.py").write_text(code)
+        code = "import my_losses"
+    if "mlflow.pyfunc.load_model" in code:
+        db = launch / "mlflow.db"
+        run_id = subprocess.run(
+            [sys.executable, "-c", "import mlflow; c = mlflow.MlflowClient(); "
+             "print(c.search_logged_models([e.experiment_id for e in c.search_experiments()])[0].source_run_id)"],
+            env={**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}, capture_output=True, text=True, timeout=120,
+        ).stdout.strip()
+        assert run_id, "no MLflow model logged by the runs above"
+        code = code.replace("sqlite:////abs/path/mlflow.db", f"sqlite:///{db}")
+        # dst_path: MLflow would otherwise download the model into a temp dir it never removes
+        code = code.replace('load_model(f"runs:/{run_id}/model")',
+                            'load_model(f"runs:/{run_id}/model", dst_path=tempfile.mkdtemp(dir="."))')
+        code = (f"run_id = {run_id!r}\nimport tempfile\n{code}"
+                "\nassert len(model.predict(np.zeros((8, 4), np.float32))) == 8\n")
+    sh(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", launch)
+
+
+def run_console(block: Block, launch: Path) -> None:
+    """``$ command`` lines and the output the README shows for them (``...``: the rest is elided)."""
+    pairs = re.findall(r"^\$ (.+)\n((?:(?!\$ ).*\n?)*)", block.text, re.M)
+    assert pairs
+    for cmd, shown in pairs:
+        p = subprocess.run(["bash", "-c", cmd], cwd=launch, capture_output=True, text=True, timeout=300, env=ENV)
+        got, want = (p.stdout + p.stderr).strip(), shown.strip()
+        if want.endswith("..."):
+            assert got.startswith(want[:-3]), f"$ {cmd}\n{got}"
+        else:
+            assert got == want, f"$ {cmd}\n{got}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+def test_readme_block_runs(block: Block, launch: Path):
+    if block.lang == "python":
+        run_python(block, launch)
+    elif block.lang == "console":
+        run_console(block, launch)
+    else:
+        for cmd in commands(block):
+            run_bash_command(cmd, launch)

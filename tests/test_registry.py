@@ -6,7 +6,7 @@ import pytest
 
 from rlrun.cli import compose
 from rlrun.registry import LOSSES, Registry, RegistryError
-from rlrun.run import run
+from rlrun.runner import run
 
 PLUGIN = textwrap.dedent('''
     import gymnasium as gym

@@ -32,7 +32,7 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
 def import_graph() -> dict[str, set[str]]:
     """module -> rlrun modules it imports anywhere in its body (top level, functions, methods).
 
-    ``from rlrun import run`` counts as importing ``rlrun.run`` (the lazy export resolves to it). A
+    ``from rlrun import run`` counts as importing ``rlrun.runner`` (the lazy export resolves to it). A
     package's ``__init__`` being imported first by Python is not counted as an edge: it is not a
     dependency the code chose."""
     known = _modules()
@@ -125,7 +125,7 @@ def test_the_cycle_finder_finds_a_lazy_cycle() -> None:
 
 def test_no_import_cycles_in_rlrun() -> None:
     graph = import_graph()
-    assert "rlrun.registry" in graph and graph["rlrun.run"], "the graph reader found no imports"
+    assert "rlrun.registry" in graph and graph["rlrun.runner"], "the graph reader found no imports"
     cycles = find_cycles(graph)
     assert not cycles, "import cycles (counting imports inside functions): " + "; ".join(
         " <-> ".join(c) for c in cycles
@@ -145,3 +145,15 @@ def test_no_function_in_rlrun_is_longer_than_the_limit(limit: int) -> None:
 def test_type_ignores_stay_few() -> None:
     count = sum(p.read_text().count("type: ignore") for p in ROOT.rglob("*.py"))
     assert count <= MAX_TYPE_IGNORES, f"{count} 'type: ignore' comments in rlrun/ (at most {MAX_TYPE_IGNORES})"
+
+
+def test_every_public_name_is_what_it_says_not_a_shadowing_submodule() -> None:
+    # ``from rlrun import make_trainer, run``: importing make_trainer loads its module; a submodule named
+    # like an export would then shadow the lazy export (``run`` was once the module ``rlrun.run``)
+    import subprocess
+    import sys
+
+    code = ("import rlrun, types; from rlrun import make_trainer; names = rlrun.__all__; "
+            "bad = [n for n in names if isinstance(getattr(rlrun, n), types.ModuleType)]; print(bad)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from rlrun.cli import compose
 from rlrun.provenance import MAX_PARAM_VALUE, flatten, params_from_config
-from rlrun.run import run
+from rlrun.runner import run
 
 
 @pytest.fixture(scope="module")

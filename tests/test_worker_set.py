@@ -29,7 +29,7 @@ def test_num_workers_0_never_imports_ray(tmp_path):
     code = textwrap.dedent("""
         import sys
         from rlrun.cli import compose
-        from rlrun.run import run
+        from rlrun.runner import run
         r = run(compose(["+experiment=ppo_cartpole", "tracking=none", "progress=false",
                          "stop.training_iteration=2"]))
         assert r.metrics["training_iteration"] == 2

@@ -6,7 +6,7 @@ import time
 import psutil
 from mlflow.tracking import MlflowClient
 
-from rlrun.run import stop_reason
+from rlrun.runner import stop_reason
 from tests.conftest import REPO, rlrun_cmd
 
 
