@@ -6,8 +6,8 @@ Each trial runs the real CLI in a fresh temporary directory and checks the MLflo
   exists); all must exit 0 and be FINISHED, each with its own config (seed) and its own checkpoint
   (meta.json names that run), and the store must still answer.
 - sigterm: SIGTERM after a random 3-9 s; exit 143 and a final checkpoint; then ``resume=latest``.
-- group_kill: SIGKILL to the trainer's whole process group after a random 3-9 s, and to its MLflow
-  writer too (the worst case: nothing confirmed what it had not written); then ``resume=latest``.
+- group_kill: SIGKILL to the trainer's whole process group a random 0-6 s after its first periodic
+  checkpoint (before it there is nothing to resume), and to its MLflow writer too (the worst case: nothing confirmed what it had not written); then ``resume=latest``.
   For both kill trials: one MLflow run, FINISHED, steps unique and increasing, and every iteration
   the resumed checkpoint covers present in the metric history; no run left RUNNING.
 
@@ -32,6 +32,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+COVERED: list[int] = []  # iterations the resumed checkpoint covered, per kill trial
 LONG = ["algo=ppo", "stop.timesteps_total=3000000", "checkpoint.every_n_iters=10", "progress=false"]
 
 
@@ -78,17 +79,25 @@ def concurrent(d: Path, existing: bool) -> str | None:
     return None
 
 
-def killed_then_resumed(d: Path, kill: Callable[[subprocess.Popen[str]], None], expect_code: int | None) -> str | None:
+def killed_then_resumed(d: Path, kill: Callable[[subprocess.Popen[str]], None], expect_code: int | None,
+                        after_checkpoint: bool) -> str | None:
     p = cli(LONG, d, start_new_session=True)
-    time.sleep(random.uniform(3.0, 9.0))
+    if after_checkpoint:  # a kill before the first checkpoint has nothing to resume: wait for one, then a while
+        deadline = time.monotonic() + 120
+        while not list(d.glob("outputs/*/*/checkpoints/iter_*/meta.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(random.uniform(0.0, 6.0))
+    else:
+        time.sleep(random.uniform(3.0, 9.0))
     kill(p)
     code = p.wait()
     if expect_code is not None and code != expect_code:
         return f"exit {code}, expected {expect_code}: {p.stderr.read()[-300:]}"
     ckpts = sorted(d.glob("outputs/*/*/checkpoints/iter_*/history.json"))
     if not ckpts:
-        return None if code == expect_code else "killed before the first checkpoint (nothing to resume)"
+        return "no checkpoint to resume"
     covered = {int(step) for _, step, _ in json.loads(ckpts[-1].read_text())}
+    COVERED.append(len(covered))
     # one more iteration (counters come back from the checkpoint, so training_iteration=1 is met at once)
     r = cli(["algo=ppo", "stop.timesteps_total=null", "stop.training_iteration=1", "checkpoint.every_n_iters=10",
              "progress=false", "resume=latest"], d)
@@ -122,8 +131,8 @@ def group_kill(p: subprocess.Popen[str]) -> None:
 TRIALS: dict[str, Callable[[Path], str | None]] = {
     "concurrent_fresh": lambda d: concurrent(d, existing=False),
     "concurrent_existing": lambda d: concurrent(d, existing=True),
-    "sigterm": lambda d: killed_then_resumed(d, sigterm, 143),
-    "group_kill": lambda d: killed_then_resumed(d, group_kill, -signal.SIGKILL),
+    "sigterm": lambda d: killed_then_resumed(d, sigterm, 143, after_checkpoint=False),
+    "group_kill": lambda d: killed_then_resumed(d, group_kill, -signal.SIGKILL, after_checkpoint=True),
 }
 
 
@@ -134,18 +143,23 @@ def main() -> None:
     args = ap.parse_args()
     random.seed(0)
     results: dict[str, list[str | None]] = {t: [] for t in args.trials}
+    covered: dict[str, list[int]] = {t: [] for t in args.trials}
     for rep in range(args.repeats):
         for name in args.trials:
             with tempfile.TemporaryDirectory(prefix="rlrun-faults-") as d:
                 t0 = time.perf_counter()
+                COVERED.clear()
                 problem = TRIALS[name](Path(d))
                 results[name].append(problem)
+                covered[name] += COVERED
                 print(f"{name} #{rep}: {'ok' if problem is None else problem} ({time.perf_counter() - t0:.0f} s)",
                       flush=True)
-    lines = ["| trial | passed | problems |", "| --- | --- | --- |"]
+    lines = ["| trial | passed | iterations covered by the resumed checkpoint (min-max) | problems |",
+             "| --- | --- | --- | --- |"]
     for name, res in results.items():
         bad = sorted({p for p in res if p})
-        lines.append(f"| {name} | {sum(p is None for p in res)} of {len(res)} | {'; '.join(bad) or '-'} |")
+        cov = f"{min(covered[name])}-{max(covered[name])}" if covered[name] else "-"
+        lines.append(f"| {name} | {sum(p is None for p in res)} of {len(res)} | {cov} | {'; '.join(bad) or '-'} |")
     lines.append(f"\n{time.strftime('%Y-%m-%d')}, {args.repeats} repeats, python {sys.version.split()[0]}")
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "latest.md").write_text("\n".join(lines) + "\n")
