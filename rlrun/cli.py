@@ -30,7 +30,6 @@ from rlrun.errors import (
     Terminated,
     WorkerFailure,
     is_sigterm,
-    suggest,
 )
 from rlrun.registry import RegistryError
 from rlrun.tracking import TrackingError
@@ -51,7 +50,10 @@ def _main(cfg: DictConfig) -> float | None:
                                     hc.runtime.output_dir)
         result = run(run_cfg, launch_dir=launch_dir)
     except USER_ERRORS as e:
-        print(f"rlrun: error: {e}", file=sys.stderr)
+        from rlrun.cli_errors import blame_preset
+
+        print(f"rlrun: error: {blame_preset(str(e), hc.runtime.choices.get('experiment'), list(hc.overrides.task))}",
+              file=sys.stderr)
         sys.exit(2)
     except (WorkerFailure, NonFiniteLossError) as e:
         print(f"rlrun: error: {e}", file=sys.stderr)
@@ -147,8 +149,9 @@ def check_group_choices(argv: list[str]) -> str | None:
         options = sorted(p.name[:-5] for p in conf.joinpath(m[1]).iterdir() if p.name.endswith(".yaml"))
         for choice in (c.strip() for c in m[2].split(",")):
             if choice and choice != "null" and choice not in options:
-                return (f"{m[1]}: unknown config '{choice}'{suggest(choice, options)}. "
-                        f"Known {m[1]} configs: {', '.join(options)}")
+                from rlrun.cli_errors import unknown_choice_line
+
+                return unknown_choice_line(m[1], choice, options, argv)
     return None
 
 
@@ -185,9 +188,21 @@ def _cli() -> int:
     from rlrun.sweep import OUTCOME, end_interrupted_sweep
 
     # conf/hydra/launcher/ray.yaml deliberately replaces the plugin's `ray` config (same schema)
-    warnings.filterwarnings("ignore", message=".*is validated against ConfigStore schema with the same name")
+    # (the message starts with a newline: (?s) lets .* cross it)
+    warnings.filterwarnings("ignore", message="(?s).*is validated against ConfigStore schema with the same name")
 
-    problem = check_group_choices(sys.argv[1:])
+    argv = sys.argv[1:]
+    if "--version" in argv:
+        from rlrun.cli_help import version_text
+
+        print(version_text())
+        return 0
+    if "--help" in argv or "-h" in argv:
+        from rlrun.cli_help import help_text
+
+        print(help_text([a for a in argv if a not in ("--help", "-h")]))
+        return 0
+    problem = check_group_choices(argv)
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)
         return 2

@@ -96,3 +96,66 @@ def _unparsable(overrides: list[str]) -> str | None:
         except Exception:
             return o
     return None
+
+
+def unknown_choice_line(group: str, choice: str, options: list[str], argv: list[str]) -> str:
+    """``group=choice`` names no config file: say so, with the likeliest fix."""
+    line = f"{group}: unknown config '{choice}'"
+    lower = [o for o in options if o.lower() == choice.lower()]
+    if lower:
+        line += f" (did you mean '{lower[0]}'? config names are lower case)"
+    elif group == "env" and re.fullmatch(r"[\w:./]+-v\d+", choice):
+        line += f": for a gymnasium env id use env.id={choice} (env= picks a file from conf/env)"
+    elif group in ("loss", "model") and choice in _registered(group, argv):
+        line += f": '{choice}' is a registered {group}; use {group}=custom {group}.name={choice}"
+    else:
+        line += suggest(choice, options)
+    return f"{line}. Known {group} configs: {', '.join(options)}"
+
+
+def _registered(group: str, argv: list[str]) -> list[str]:
+    """Registered loss or model names, the ``plugins=[...]`` of ``argv`` included."""
+    from rlrun.plugins import load_builtins, load_plugins
+    from rlrun.registry import LOSSES, MODELS
+
+    load_builtins()
+    for arg in argv:
+        m = re.fullmatch(r"\+{0,2}plugins=\[(.*)\]", arg)
+        if m:
+            try:
+                load_plugins([p.strip() for p in m[1].split(",") if p.strip()], search_dirs=["."])
+            except Exception:
+                return []  # the plugin's own error is reported when the run starts
+    return (LOSSES if group == "loss" else MODELS).names()
+
+
+def preset_keys(experiment: str) -> set[str]:
+    """Dotted keys a packaged ``+experiment`` preset sets (its defaults list aside)."""
+    from importlib.resources import files
+
+    import yaml
+
+    path = files("rlrun.conf").joinpath("experiment", f"{experiment}.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return set()
+    data.pop("defaults", None)
+
+    def walk(d: dict, prefix: str) -> set[str]:
+        out = set()
+        for k, v in d.items():
+            out |= walk(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"}
+        return out
+
+    return walk(data, "")
+
+
+def blame_preset(message: str, experiment: str | None, overrides: list[str]) -> str:
+    """A config error about a key the user never typed gets where it came from: the preset."""
+    key = message.split(":", 1)[0].strip()
+    typed = any(re.match(rf"[+~]*{re.escape(key)}=", o) for o in overrides)
+    if not experiment or typed or key not in preset_keys(experiment):
+        return message
+    return (f"{message} [{key} is set by +experiment={experiment}, not by you: a preset is tuned for its own "
+            f"algo, model and env; drop the preset, or remove the key with ~{key}]")

@@ -40,8 +40,44 @@ def compose_to_config(
     if raw.get("output_dir") is None:
         raw["output_dir"] = output_dir
     if raw.get("experiment") is None:
-        raw["experiment"] = experiment
+        raw["experiment"] = follow_env(raw, experiment) if experiment else None
     return build_config(raw)
+
+
+def follow_env(raw: dict[str, Any], experiment: str) -> str:
+    """A preset run on another env (``+experiment=ppo_cartpole env.id=Acrobot-v1``) keeps neither the
+    preset's return target (met or missed on another scale) nor its experiment name; returns the name."""
+    preset_env, preset_stop = _preset_env_and_stop(experiment)
+    env_id = (raw.get("env") or {}).get("id")
+    stop = raw.get("stop") or {}
+    if preset_env is None or env_id == preset_env or not isinstance(stop, dict):
+        return experiment
+    dropped = [k for k, v in stop.items() if "/" in str(k) and preset_stop.get(k) == v]
+    for k in dropped:
+        del stop[k]
+    name = f"{(raw.get('algo') or {}).get('name', experiment)}_{env_id}"
+    targets = f"its target {', '.join(f'{k} >= {preset_stop[k]}' for k in dropped)} is dropped and " if dropped else ""
+    print(f"rlrun: note: env.id={env_id} is not the {preset_env} of +experiment={experiment}: {targets}the run is "
+          f"filed under experiment '{name}'", flush=True)
+    return name
+
+
+def _preset_env_and_stop(experiment: str) -> tuple[str | None, dict[str, Any]]:
+    """The env id a packaged preset runs and its ``stop`` section (None, {} for a preset from elsewhere)."""
+    from importlib.resources import files
+
+    import yaml
+
+    conf = files("rlrun.conf")
+    try:
+        data = yaml.safe_load(conf.joinpath("experiment", f"{experiment}.yaml").read_text()) or {}
+        env_file = next((d["override /env"] for d in data.get("defaults", []) if isinstance(d, dict)
+                         and "override /env" in d), None)
+        env = yaml.safe_load(conf.joinpath("env", f"{env_file}.yaml").read_text()) if env_file else {}
+    except (OSError, yaml.YAMLError):
+        return None, {}
+    env_id = (data.get("env") or {}).get("id") or (env or {}).get("id")
+    return env_id, dict(data.get("stop") or {})
 
 
 def compose(overrides: list[str], launch_dir: str | None = None) -> RunConfig:

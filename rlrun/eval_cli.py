@@ -44,6 +44,30 @@ class EvalArgs:
     out: str | None = None  # also write result.json and the video here
 
 
+EVAL_HELP = """\
+usage: rlrun-eval checkpoint=<dir | run output dir | MLflow run id | latest> [key=value ...]
+
+Greedy evaluation of a saved policy: prints the mean/min/max return over the episodes. When the
+checkpoint belongs to an MLflow run, the result (and the video) are logged to that run under
+evaluation/<checkpoint>/; otherwise they go to ./rlrun-eval/<checkpoint>/ (or out=).
+
+options (defaults in brackets):
+  checkpoint=...        a checkpoint dir, a run's output dir, an MLflow run id, or latest (required)
+  episodes=N            greedy episodes to average [20]
+  num_envs=N            envs stepped together [10]
+  seed=N                first env seed [0]
+  render=true           also record render_episodes episodes as an animated GIF [false]
+  render_episodes=N     episodes in the video [1]
+  max_frames=N          frames per video at most [1000]
+  frame_skip=N          keep every n-th frame [2]
+  tracking_uri=URI      MLflow store [the checkpoint's config, else sqlite:///$PWD/mlflow.db]
+  log=false             do not log to the checkpoint's MLflow run [true]
+  out=DIR               also write result.json and the video here
+
+example:
+  rlrun-eval checkpoint=latest episodes=20 render=true"""
+
+
 def parse_args(argv: list[str]) -> EvalArgs:
     raw: dict[str, Any] = {}
     for arg in argv:
@@ -180,7 +204,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+        print(EVAL_HELP)
         return
     try:
         args = parse_args(argv)

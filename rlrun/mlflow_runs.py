@@ -39,23 +39,39 @@ def store_lock(uri: str) -> Iterator[None]:
 
 def open_store(uri: str) -> Any:
     """An MlflowClient whose store exists and is migrated (done under ``store_lock``)."""
+    import logging
+
     from mlflow.tracking import MlflowClient
 
+    # "Creating initial MLflow database tables..." and alembic's migration steps: INFO lines from another
+    # process, glued into the trainer's console output; warnings and errors still show
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # creates / migrates the schema now, under the lock
     return client
 
 
+# MLflow 3's UI opens an experiment in its GenAI view (traces, token usage) unless this tag says otherwise
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
-               tags: dict[str, str], uri: str = "") -> str:
+               tags: dict[str, str], uri: str = "", start_time_ms: int | None = None) -> str:
     """A new run in ``experiment_name`` (the experiment is created on first use, under the store's
     lock: two runs creating it at once would collide); its id."""
     with store_lock(uri):
         exp = client.get_experiment_by_name(experiment_name)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment_name,
-                                                                        artifact_location=artifact_location)
-    run_id: str = client.create_run(exp_id, run_name=run_name, tags=tags).info.run_id
+        if exp is None:
+            exp_id = client.create_experiment(experiment_name, artifact_location=artifact_location,
+                                              tags=EXPERIMENT_KIND)
+        else:
+            exp_id = exp.experiment_id
+            for k, v in EXPERIMENT_KIND.items():
+                if exp.tags.get(k) != v:  # an experiment made by an older rlrun or by hand
+                    client.set_experiment_tag(exp_id, k, v)
+    run_id: str = client.create_run(exp_id, start_time=start_time_ms, run_name=run_name, tags=tags).info.run_id
     return run_id
 
 

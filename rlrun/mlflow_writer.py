@@ -286,7 +286,7 @@ def _on_start(run: _Run, job: msg.Start) -> bool:
     else:
         reap_dead_runs(client, init.experiment_name)
         run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags,
-                                init.uri)
+                                init.uri, job.start_time_ms)
         run.reply(msg.RunStarted(run.run_id, -1))
         log_params(client, run.run_id, job.params)
     _warm_up(run.shared, model=init.log_model)

@@ -1,4 +1,5 @@
-"""The console progress line: live on a terminal, a plain line every few seconds otherwise."""
+"""What a run prints: a live progress bar on a terminal (plain lines every few seconds otherwise),
+evaluation results as they come, and a summary at the end that says where the results are."""
 
 from __future__ import annotations
 
@@ -7,43 +8,115 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+RETURN = "rollout/episode_return_mean"
+EVAL_RETURN = "eval/episode_return_mean"
+BUDGETS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")  # first set one wins
 
 
 class ProgressLine:
-    """A live one-line status on a terminal; a plain line every ``every_s`` seconds otherwise."""
+    """On a terminal, a rich progress bar against the run's budget (the first counter in ``stop``)
+    with the return against the target; otherwise one plain line every ``every_s`` seconds. An
+    evaluation result is always printed on a line of its own."""
 
-    def __init__(self, enabled: bool = True, every_s: float = 5.0) -> None:
+    def __init__(self, enabled: bool = True, every_s: float = 5.0, stop: Mapping[str, float] | None = None) -> None:
         self.enabled = enabled
         self.tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
         self.every_s = every_s
+        self.stop = dict(stop or {})
         self._last = 0.0
-        self._status: Any = None
+        self._printed_iter = -1
+        self._bar: Any = None
+        self._task: Any = None
 
     def _text(self, r: Mapping[str, float]) -> str:
-        ret = r.get("rollout/episode_return_mean", math.nan)
+        ret = r.get(RETURN, math.nan)
+        target = next((f" / {v:g}" for k, v in self.stop.items() if k == RETURN), "")
         return (f"iter {int(r['training_iteration']):>5}  steps {int(r['timesteps_total']):>9,}  "
-                f"return {ret:8.2f}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
+                f"return {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
                 f"{r['time_total_s']:7.1f} s")
+
+    def _budget(self) -> tuple[str, float] | None:
+        return next(((k, float(self.stop[k])) for k in BUDGETS if self.stop.get(k)), None)
 
     def update(self, r: Mapping[str, float]) -> None:
         if not self.enabled:
             return
+        if EVAL_RETURN in r:
+            self._print(f"eval at {int(r['timesteps_total']):,} steps: return {r[EVAL_RETURN]:.2f} "
+                        f"(greedy, {int(r.get('eval/num_episodes', 0))} episodes)")
         if self.tty:
-            if self._status is None:
-                from rich.console import Console
-
-                self._status = Console(stderr=False).status("", spinner="dots")
-                self._status.start()
-            self._status.update(self._text(r))
+            self._live(r)
             return
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
+            self._print(self._text(r))
+            self._printed_iter = int(r["training_iteration"])
+
+    def _live(self, r: Mapping[str, float]) -> None:
+        budget = self._budget()
+        if self._bar is None:
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                 TimeElapsedColumn(), transient=True)
+            self._task = self._bar.add_task("", total=budget[1] if budget else None)
+            self._bar.start()
+        self._bar.update(self._task, completed=r.get(budget[0], 0.0) if budget else 0.0, description=self._text(r))
+
+    def _print(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, flush=True)
+
+    def close(self, r: Mapping[str, float] | None) -> None:
+        """The last iteration's line (unless it was just printed)."""
+        if self._bar is not None:
+            self._bar.stop()
+        if self.enabled and r and int(r["training_iteration"]) != self._printed_iter:
             print(self._text(r), flush=True)
 
-    def close(self, r: Mapping[str, float] | None, reason: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-        if self.enabled and r is not None:
-            print(f"{self._text(r)}  -> stopped: {reason}", flush=True)
+
+@dataclass(frozen=True)
+class Summary:
+    """What the end of a run tells the user."""
+
+    reason: str
+    target_met: bool
+    history: list[dict[str, float]]
+    wall_s: float
+    output_dir: Path
+    checkpoint: Path | None
+    run_name: str | None
+    run_id: str | None
+    experiment: str
+    tracking_uri: str | None
+
+    def lines(self) -> list[str]:
+        last = self.history[-1] if self.history else {}
+        returns = [h[RETURN] for h in self.history if not math.isnan(h.get(RETURN, math.nan))]
+        evals = [h[EVAL_RETURN] for h in self.history if EVAL_RETURN in h]
+        ret = f"final {returns[-1]:.1f}, best {max(returns):.1f}" if returns else "no episode finished"
+        out = [f"rlrun: stopped: {self.reason}{' (target met)' if self.target_met else ''}",
+               f"  return     {ret} (mean of the last 100 episodes)"
+               + (f"; greedy eval {evals[-1]:.1f}" if evals else ""),
+               f"  env steps  {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",
+               f"  output     {self.output_dir}"]
+        if self.checkpoint is not None:
+            out.append(f"  checkpoint {self.checkpoint}")
+        if self.run_id:
+            out.append(f"  MLflow     run '{self.run_name}' ({self.run_id}) in experiment '{self.experiment}'")
+            out.append(f"  browse     {browse_command(self.tracking_uri or '')}")
+        return out
+
+
+def browse_command(uri: str) -> str:
+    """The command (or address) that shows the MLflow store ``uri``."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri}"

@@ -25,10 +25,14 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# how a run was launched, not what it computes: tagged (rlrun.<key>) instead of logged as params
+BOOKKEEPING = ("output_dir", "progress", "torch_threads")
+
+
 def params_from_config(cfg: Mapping[str, Any]) -> dict[str, str]:
-    """Flattened config as MLflow params, cut to MLflow's key/value length limits."""
+    """Flattened config as MLflow params (bookkeeping keys left out), cut to MLflow's length limits."""
     out = {}
-    for k, v in flatten(cfg).items():
+    for k, v in flatten({k: v for k, v in cfg.items() if k not in BOOKKEEPING}).items():
         s = "null" if v is None else str(v)
         if len(s) > MAX_PARAM_VALUE:
             s = s[: MAX_PARAM_VALUE - 3] + "..."

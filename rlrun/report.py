@@ -112,6 +112,18 @@ def markdown(summary: Summary) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_curves(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each seed's return on one grid of env steps up to the longest seed, ``[n_seeds, n_points]``.
+    A seed that stopped early (it met the target) holds its final value: the mean then shows what
+    the setting reached, not what the slowest-stopping seed's neighbours had at that point."""
+    hi_x = max(float(s[-1]) for s, _ in runs)
+    lo_x = min(float(s[0]) for s, _ in runs)
+    grid = np.linspace(lo_x, hi_x, 100) if hi_x > lo_x else np.array([lo_x])
+    ys = np.stack([np.interp(grid, s, np.nan_to_num(v, nan=np.nanmin(v) if np.isfinite(v).any() else 0.0))
+                   for s, v in runs])  # np.interp holds the first and last values outside a seed's range
+    return grid, ys
+
+
 def plot(summary: Summary, path: Path, title: str) -> Path:
     import matplotlib
 
@@ -120,11 +132,7 @@ def plot(summary: Summary, path: Path, title: str) -> Path:
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for setting, runs in sorted(summary.curves.items()):
-        hi_x = min(float(s[-1]) for s, _ in runs)  # the range every seed covers
-        lo_x = max(float(s[0]) for s, _ in runs)
-        grid = np.linspace(lo_x, hi_x, 100) if hi_x > lo_x else np.array([lo_x])
-        ys = np.stack([np.interp(grid, s, np.nan_to_num(v, nan=np.nanmin(v) if np.isfinite(v).any() else 0.0))
-                       for s, v in runs])
+        grid, ys = seed_curves(runs)
         line = ax.plot(grid, ys.mean(axis=0), label=f"{setting} (n={len(runs)})")[0]
         if len(runs) > 1:
             ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
@@ -152,7 +160,8 @@ def write_report(parent_run_id: str, tracking_uri: str, out_dir: str | Path, log
         w.writerows(asdict(r) for r in summary.rows)
     md = markdown(summary)
     (out / "sweep_summary.md").write_text(md)
-    plot(summary, out / "sweep_returns.png", f"sweep {parent_run_id[:8]}: mean and range over seeds")
+    plot(summary, out / "sweep_returns.png",
+         f"sweep {parent_run_id[:8]}: mean and range over seeds (a stopped seed holds its last value)")
     if log:
         from mlflow.tracking import MlflowClient
 
@@ -163,6 +172,18 @@ def write_report(parent_run_id: str, tracking_uri: str, out_dir: str | Path, log
     return summary
 
 
+REPORT_HELP = """\
+usage: rlrun-report <sweep dir | MLflow parent run id> [tracking_uri=<uri>]
+
+Rebuild a finished sweep's summary from MLflow: sweep_summary.csv and .md (per job: overrides,
+status, final return, env steps, steps and wall time to the stop target, error) and
+sweep_returns.png (return vs env steps, mean and min-max band over seeds per setting), logged to
+the sweep's parent run and printed as a table.
+
+example:
+  rlrun-report multirun/2026-11-22/15-20-01"""
+
+
 def main(argv: list[str] | None = None) -> None:
     """``rlrun-report <sweep dir | parent run id> [tracking_uri=...]``"""
     from rlrun.sweep_info import read_sweep_info
@@ -170,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: rlrun-report <sweep dir | MLflow parent run id> [tracking_uri=<uri>]\n\n" + (__doc__ or ""))
+        print(REPORT_HELP)
         sys.exit(0 if argv else 2)
     target = argv[0]
     opts = dict(a.split("=", 1) for a in argv[1:] if "=" in a)

@@ -9,10 +9,11 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ from rlrun.envs import probe_env
 from rlrun.errors import CheckpointError, RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS
 from rlrun.plugins import load_plugins
-from rlrun.progress import ProgressLine
-from rlrun.provenance import git_sha, params_from_config, process_tags, version_tags
+from rlrun.progress import ProgressLine, Summary
+from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.sweep_info import SweepJob
 from rlrun.tracking import Tracker, TrackingError, clean_metrics, default_tracking_uri, make_tracker
 from rlrun.trainer import Trainer
@@ -70,6 +71,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
     makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
+    t0 = time.monotonic()
     ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
     interrupted: KeyboardInterrupt | None = None
     failed: BaseException | None = None
@@ -101,8 +103,13 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         if interrupted is not None:  # what the CLI tells the user
             raise RunInterrupted(isinstance(interrupted, Terminated),
                                  str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
-    return RunResult(ctx.result, ctx.reason, target_met(ctx.cfg.stop, ctx.result), ctx.checkpoint,
-                     ctx.out_dir, ctx.tracker.run_id, ctx.history)
+    met = target_met(ctx.cfg.stop, ctx.result)
+    if ctx.cfg.progress:
+        print("\n".join(Summary(ctx.reason, met, ctx.history, time.monotonic() - t0, ctx.out_dir,
+                                 ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
+                                 ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri).lines()),
+              flush=True)
+    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history)
 
 
 @dataclass
@@ -125,6 +132,7 @@ class _RunContext:
     reason: str = "not started"
     status: str = "FAILED"
     checkpoint: Path = Path()
+    run_name: str | None = None
 
 
 def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
@@ -160,8 +168,10 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     check_output_dir_is_ours(out_dir, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
-    tracker = make_tracker(cfg.tracking, launch, cfg.experiment or "default", resume_run_id)
-    tags = _run_tags(cfg, launch)
+    run_name = cfg.tracking.run_name or default_run_name(cfg)
+    tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or "default", resume_run_id)
+    tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir),
+            **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
         tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
@@ -171,8 +181,9 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     if sweep is not None:
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
-    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, ProgressLine(cfg.progress),
-                       checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [])
+    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed,
+                       ProgressLine(cfg.progress, stop=cfg.stop), checkpoint=out_dir / "checkpoints",
+                       metric_rows=list(resumed.history) if resumed else [], run_name=run_name)
 
 
 def _replay_history(ctx: _RunContext) -> None:
@@ -268,6 +279,12 @@ def check_output_dir_is_ours(out_dir: Path, resume_run_id: str | None) -> None:
             )
 
 
+def default_run_name(cfg: RunConfig) -> str:
+    """What the run is: ``<preset or algo-env>-s<seed>-<4 hex>`` (the suffix tells repeats apart)."""
+    what = cfg.experiment or f"{cfg.algo.name}-{cfg.env.id}"
+    return f"{what}-s{cfg.seed}-{secrets.token_hex(2)}"
+
+
 def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
     sha = git_sha(launch)
     return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
@@ -297,7 +314,7 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
 
 def _finish(ctx: _RunContext) -> None:
     """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
-    ctx.progress.close(ctx.result or None, ctx.reason)
+    ctx.progress.close(ctx.result or None)
     trainer = ctx.trainer
     try:
         if trainer is not None and trainer.iteration > 0:

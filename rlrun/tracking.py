@@ -48,6 +48,8 @@ class Tracker:
 
     def __init__(self) -> None:
         self.run_id: str | None = None
+        self.uri: str | None = None
+        self.experiment_name: str | None = None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None: ...
 
@@ -128,7 +130,7 @@ class MlflowTracker(Tracker):
                                 f"{e}") from None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
-        self._send(msg.Start(dict(params), dict(tags)))
+        self._send(msg.Start(dict(params), dict(tags), int(time.time() * 1000)))
 
     def wait_started(self, timeout: float = 120.0) -> str | None:
         """Block until the MLflow run exists; returns its id."""

@@ -49,6 +49,7 @@ class Init:
 class Start:
     params: dict[str, str]
     tags: dict[str, str]
+    start_time_ms: int | None = None  # when the trainer started (the writer creates the run later)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,3 +89,20 @@ def rlrun_cmd(*args):
 @pytest.fixture
 def cli(tmp_path):
     return lambda *args, **kw: run_cli(list(args), tmp_path, **kw)
+
+
+def run_summary(stdout: str) -> dict[str, str]:
+    """The end-of-run summary a run prints (rlrun/progress.py ``Summary``): ``stopped`` (the reason),
+    ``final`` (return), ``steps``, ``output``, ``checkpoint``, ``run_name``, ``run_id``, ``browse``."""
+    lines = stdout.strip().splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln.startswith("rlrun: stopped: "))
+    out = {"stopped": lines[start][len("rlrun: stopped: "):]}
+    for ln in lines[start + 1:]:
+        key, _, value = ln.strip().partition(" ")
+        out[key] = value.strip()
+    out["final"] = out["return"].split("final ")[1].split(",")[0] if "final " in out["return"] else "nan"
+    out["steps"] = out.pop("env").split()[1].replace(",", "")
+    if "MLflow" in out:
+        m = re.fullmatch(r"run '(.*)' \((\w+)\) in experiment '(.*)'", out["MLflow"])
+        out["run_name"], out["run_id"], out["experiment"] = m[1], m[2], m[3]
+    return out

@@ -12,7 +12,7 @@ from rlrun.algos.ppo import KLState
 from rlrun.cli import compose
 from rlrun.policy import DEFAULT_POLICY_ID
 from rlrun.runner import make_trainer_from, run
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_summary
 
 PLUGINS = REPO / "tests" / "plugins"
 
@@ -24,9 +24,9 @@ def test_a_plugin_algorithm_is_one_module_and_one_yaml_file_and_learns_cartpole(
                  "+stop.rollout.episode_return_mean=150"], tmp_path,
                 env={"PYTHONPATH": os.pathsep.join([str(REPO), str(PLUGINS)])})
     assert p.returncode == 0, p.stderr[-2000:]
-    last = p.stdout.strip().splitlines()[-1]
-    assert "stopped: rollout/episode_return_mean" in last, last
-    assert float(last.split("rollout/episode_return_mean = ")[1].split()[0]) >= 150
+    summary = run_summary(p.stdout)
+    assert summary["stopped"].startswith("rollout/episode_return_mean"), summary
+    assert float(summary["final"]) >= 150
 
 
 def test_appo_adapts_its_kl_coefficient(tmp_path):

@@ -1,6 +1,8 @@
+import re
 from importlib.resources import files
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from rlrun.cli import compose
 
@@ -24,3 +26,48 @@ def test_python_dash_m_runs_debug_fast_and_prints_progress(cli):
     p = cli("+experiment=ppo_cartpole", "debug=fast")
     assert p.returncode == 0, p.stderr
     assert "stopped: training_iteration = 3 >= 3" in p.stdout
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["algo=PPO"], "algo: unknown config 'PPO' (did you mean 'ppo'? config names are lower case)"),
+    (["model=MLP"], "did you mean 'mlp'?"),
+    (["env=CartPole-v1"], "for a gymnasium env id use env.id=CartPole-v1"),
+    (["rollout=Ray"], "did you mean 'ray'?"),
+    (["+experiment=PPO_cartpole"], "did you mean 'ppo_cartpole'?"),
+    (["experiment=ppo_cartpole"], "add it with a plus, e.g. +experiment=<name>"),
+    (["stop.timesteps=5000"], "stop.timesteps: unknown key (did you mean 'timesteps_total'?)"),
+    (["env.kwargs.x=1"], "To add a key that is not in the config use +env.kwargs.x=<value>"),
+    (["+experiment=ppo_cartpole", "algo=dqn"], "algo.gae_lambda is set by +experiment=ppo_cartpole, not by you"),
+    (["loss=seed_pg", "plugins=[seedpg]"], "'seed_pg' is a registered loss; use loss=custom loss.name=seed_pg"),
+])
+def test_common_mistakes_get_one_line_with_the_fix(cli, tmp_path, args, hint):
+    (tmp_path / "seedpg.py").write_text(
+        "from rlrun import LOSSES, LossOutput, SampleBatch as SB\n"
+        "@LOSSES.register('seed_pg', requires=(SB.OBS, SB.ACTIONS, SB.REWARDS), terms=('pg',))\n"
+        "def seed_pg(policy, model, dist_class, batch):\n"
+        "    return LossOutput(model(batch[SB.OBS]).dist_inputs.sum(), {'pg': 0.0})\n")
+    p = cli(*args, "tracking=none")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("rlrun: error: "), p.stderr[-2000:]
+    assert hint in lines[0], lines[0]
+
+
+def test_help_is_rlruns_own_and_version_names_the_stack(cli):
+    p = cli("--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: rlrun "), p.stdout[:500]
+    for needle in ("+experiment=ppo_cartpole", "rlrun -m", "mlflow ui", "ppo_cartpole ", "algos: a2c, appo",
+                   "losses:", "outputs/<date>/<time>-<pid>/"):
+        assert needle in p.stdout, needle
+    assert "powered by Hydra" not in p.stdout
+    p = cli("--version")
+    assert p.returncode == 0 and re.fullmatch(r"rlrun \d+\.\d+\.\d+ \(torch .*, ray .*\)\n", p.stdout), p.stdout
+
+
+def test_a_preset_on_another_env_drops_its_target_and_experiment_name(cli, tmp_path):
+    p = cli("+experiment=ppo_cartpole", "env.id=Acrobot-v1", "stop.timesteps_total=1024", "progress=true")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "its target rollout/episode_return_mean >= 475 is dropped" in p.stdout
+    assert "filed under experiment 'ppo_Acrobot-v1'" in p.stdout
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_experiment_by_name("ppo_Acrobot-v1") is not None
+    assert client.get_experiment_by_name("ppo_cartpole") is None

@@ -113,7 +113,7 @@ def test_three_runs_started_together_each_keep_their_own_config_and_checkpoint(t
         (ckpt,) = [a.path for a in client.list_artifacts(r.info.run_id, "checkpoints")]
         meta = json.loads((stored / ckpt / "meta.json").read_text())
         assert meta["mlflow_run_id"] == r.info.run_id
-    out_dirs = {Path(r.data.params["output_dir"]) for r in mine.values()}
+    out_dirs = {r.data.tags["rlrun.output_dir"] for r in mine.values()}
     assert len(out_dirs) == 3
     # the store still answers a new run
     assert subprocess.run(rlrun_cmd(*base, "stop.timesteps_total=1000"), cwd=tmp_path, env=ENV,

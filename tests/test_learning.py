@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from rlrun.cli import compose
 from rlrun.runner import run
 
-from .conftest import REPO
+from .conftest import REPO, run_summary
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +23,10 @@ def test_ppo_cartpole_reaches_475_within_150k_steps_through_the_cli(cli, tmp_pat
     # the exact user command, with the default MLflow store in the launch dir
     p = cli("+experiment=ppo_cartpole", "seed=0")
     assert p.returncode == 0, p.stderr[-3000:]
-    last = p.stdout.strip().splitlines()[-1]
-    m = re.search(r"steps\s+([\d,]+)\s+return\s+([\d.]+).*stopped: rollout/episode_return_mean", last)
-    assert m, last
-    steps, ret = int(m[1].replace(",", "")), float(m[2])
-    assert ret >= 475 and steps <= 150_000, last
+    summary = run_summary(p.stdout)
+    assert summary["stopped"].startswith("rollout/episode_return_mean"), summary
+    steps, ret = int(summary["steps"]), float(summary["final"])
+    assert ret >= 475 and steps <= 150_000, summary
     assert (tmp_path / "mlflow.db").is_file()
 
     # the saved policy, evaluated greedily by the separate console script, with a video in MLflow

@@ -1,13 +1,15 @@
 import itertools
+import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 from mlflow.tracking import MlflowClient
 
 from rlrun.runner import stop_reason
-from tests.conftest import REPO, rlrun_cmd
+from tests.conftest import REPO, rlrun_cmd, run_summary
 
 
 def test_stop_reason_any_criterion_and_nan_never_meets():
@@ -76,7 +78,7 @@ def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_
     p = subprocess.run(rlrun_cmd(*args, "resume=latest"), cwd=tmp_path, capture_output=True, text=True, env=env,
                        timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "stopped: rollout/episode_return_mean" in p.stdout.strip().splitlines()[-1]
+    assert run_summary(p.stdout)["stopped"].startswith("rollout/episode_return_mean")
     (run,) = client.search_runs([exp.experiment_id])  # the same run, continued
     assert run.info.run_id == killed.info.run_id and run.info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "timesteps_total")]
@@ -85,3 +87,31 @@ def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_
     assert max(b - a for a, b in itertools.pairwise(steps)) < 2 * 512  # no gap: at most one iteration apart
     assert run.data.metrics["rollout/episode_return_mean"] >= 475
     assert run.data.metrics["timesteps_total"] <= 150_000 + 600
+
+
+def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_and_timed(tmp_path):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run(rlrun_cmd("+experiment=ppo_cartpole", "seed=4", "stop.timesteps_total=3000",
+                                 "evaluation.interval=2"), cwd=tmp_path, capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "eval at " in p.stdout and "(greedy, 10 episodes)" in p.stdout  # evaluation results on the console
+    assert p.stderr.strip() == "", p.stderr  # nothing from MLflow's store creation glued into the output
+    s = run_summary(p.stdout)
+    assert re.fullmatch(r"timesteps_total = \d+ >= 3000", s["stopped"]) and int(s["steps"]) >= 3000
+    assert (tmp_path / "outputs").resolve() in Path(s["output"]).parents and Path(s["checkpoint"]).is_dir()
+    assert s["browse"] == f"mlflow ui --backend-store-uri sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    iteration_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("iter ")]
+    assert len(iteration_lines) == len(set(iteration_lines))  # the last iteration is not printed twice
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("ppo_cartpole")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the model-training view
+    run = client.get_run(s["run_id"])
+    assert run.info.run_name == s["run_name"] and re.fullmatch(r"ppo_cartpole-s4-[0-9a-f]{4}", s["run_name"])
+    assert not {"output_dir", "progress", "torch_threads"} & set(run.data.params)
+    assert run.data.tags["rlrun.output_dir"] == s["output"]
+    first = min(m.timestamp for m in client.get_metric_history(run.info.run_id, "timesteps_total"))
+    assert run.info.start_time <= first  # the run's duration covers its training

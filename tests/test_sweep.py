@@ -11,7 +11,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlrun.report import setting_of
+from rlrun.report import seed_curves, setting_of
 
 from .conftest import REPO, isolated, on_ray_cluster, run_cli
 
@@ -144,6 +144,17 @@ def test_setting_drops_seed_and_shared_overrides():
     common = {"stop.timesteps_total=5", "+experiment=ppo_cartpole"}
     assert setting_of("+experiment=ppo_cartpole seed=3 algo.lr=0.1 stop.timesteps_total=5", common) == "algo.lr=0.1"
     assert setting_of("seed=1", set()) == "(all jobs alike)"
+
+
+
+def test_a_seed_that_stopped_early_holds_its_final_return_in_the_sweep_plot():
+    import numpy as np
+
+    fast = (np.array([1000.0, 2000.0]), np.array([300.0, 480.0]))  # met the target at 2,000 steps
+    slow = (np.array([1000.0, 2000.0, 3000.0, 4000.0]), np.array([100.0, 200.0, 300.0, 476.0]))
+    grid, ys = seed_curves([fast, slow])
+    assert grid[0] == 1000 and grid[-1] == 4000
+    assert ys[0, -1] == 480 and ys[1, -1] == 476 and ys.mean(axis=0)[-1] == 478  # not 476 / 2 + ... nor cut at 2,000
 
 
 @pytest.mark.ray

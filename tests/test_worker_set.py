@@ -13,7 +13,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, isolated, on_ray_cluster, rlrun_cmd
+from tests.conftest import REPO, isolated, on_ray_cluster, rlrun_cmd, run_summary
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -91,7 +91,7 @@ def test_killed_worker_is_restarted_and_the_run_still_reaches_475(tmp_path):
             proc.kill()
     assert killed is not None, "never saw two RolloutWorker processes"
     assert proc.returncode == 0, err[-3000:]
-    assert "stopped: rollout/episode_return_mean" in out.strip().splitlines()[-1], out[-500:]
+    assert run_summary(out)["stopped"].startswith("rollout/episode_return_mean"), out[-500:]
     client, run = _mlflow_run(tmp_path)
     assert run.info.status == "FINISHED"
     restarts = client.get_metric_history(run.info.run_id, "workers/num_restarts")

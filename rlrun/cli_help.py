@@ -1,0 +1,100 @@
+"""``rlrun --help`` and ``rlrun --version``, written for rlrun (Hydra's own help stays at ``--hydra-help``).
+
+The config groups and their options are read from the packaged YAML files (each file's first comment
+line is its description); the registered names come from the registries, so a plugin's entries show
+up with ``plugins=[...]`` on the same command line."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from importlib.resources import files
+
+GROUP_HELP = {
+    "algo": "algorithm and its hyperparameters",
+    "loss": "loss function and its coefficients (each algo names its default)",
+    "model": "network",
+    "env": "environment (any gymnasium id with env.id=...)",
+    "rollout": "where and how experience is sampled",
+    "tracking": "where runs are recorded",
+    "debug": "quick checks",
+    "experiment": "tuned presets: use with a plus, +experiment=<name>",
+    "hparams_search": "hyperparameter searches (with -m)",
+}
+
+USAGE = """\
+usage: rlrun [+experiment=<preset>] [group=option ...] [key=value ...] [+key=value ...]
+       rlrun -m <overrides with comma-separated values>     (a sweep: one run per combination)
+
+Train a reinforcement-learning agent from a YAML config and record it in MLflow.
+
+examples:
+  rlrun +experiment=ppo_cartpole                                   one run with a tuned preset
+  rlrun -m +experiment=ppo_cartpole seed=0,1,2 algo.lr=1e-3,3e-4    a sweep of 6 runs
+  mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db           browse runs, metrics, checkpoints
+  rlrun +experiment=ppo_cartpole --cfg job                         print the composed config
+  rlrun +experiment=ppo_cartpole resume=latest                     continue the newest checkpoint
+  rlrun-eval checkpoint=latest episodes=20 render=true             evaluate a saved policy (GIF)
+"""
+
+TAIL = """\
+output:
+  outputs/<date>/<time>-<pid>/   config.yaml and checkpoints/iter_N/ of each run (multirun/... for sweeps)
+  mlflow.db, mlartifacts/        the MLflow store in the launch directory (tracking=none: no store)
+
+more: README.md; `rlrun --hydra-help` for Hydra's own flags (--cfg, --info, --config-dir, -m)."""
+
+
+def describe(path_text: str) -> str:
+    """The first comment line of a YAML file that is not a ``@package`` directive."""
+    for line in path_text.splitlines():
+        if line.startswith("#") and "@package" not in line:
+            return line.lstrip("# ").strip()
+        if line and not line.startswith("#"):
+            break
+    return ""
+
+
+def groups_text() -> str:
+    conf = files("rlrun.conf")
+    out = ["config groups (group=option; keys with group.key=value):"]
+    for group, what in GROUP_HELP.items():
+        out.append(f"  {group}: {what}")
+        for f in sorted((p for p in conf.joinpath(group).iterdir() if p.name.endswith(".yaml")),
+                        key=lambda p: p.name):
+            out.append(f"    {f.name[:-5]:<22} {describe(f.read_text())}".rstrip())
+    return "\n".join(out)
+
+
+def registries_text(argv: list[str]) -> str:
+    """Registered names, after importing the ``plugins=[...]`` modules named in ``argv``."""
+    from rlrun.plugins import load_builtins, load_plugins
+    from rlrun.registry import ALGOS, DISTRIBUTIONS, ENVS, LOSSES, MODELS, OPTIMIZERS
+
+    load_builtins()
+    for arg in argv:
+        m = re.fullmatch(r"\+{0,2}plugins=\[(.*)\]", arg)
+        if m:
+            load_plugins([p.strip() for p in m[1].split(",") if p.strip()])
+    regs = {"algos": ALGOS, "losses": LOSSES, "models": MODELS, "action distributions": DISTRIBUTIONS,
+            "optimizers (or any torch.optim class)": OPTIMIZERS, "envs (besides any gymnasium id)": ENVS}
+    out = ["registered names (loss=custom loss.name=<loss>, model=custom model.name=<model>, env.id=<env>):"]
+    out += [f"  {what}: {', '.join(sorted(reg.names())) or '-'}" for what, reg in regs.items()]
+    return "\n".join(out)
+
+
+def help_text(argv: list[str]) -> str:
+    return "\n".join([USAGE, groups_text(), "", registries_text(argv), "", TAIL])
+
+
+def version_text() -> str:
+    def v(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    import rlrun
+
+    deps = ", ".join(f"{d} {v(d)}" for d in ("torch", "gymnasium", "hydra-core", "mlflow", "ray"))
+    return f"rlrun {rlrun.__version__} ({deps})"
