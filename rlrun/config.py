@@ -23,8 +23,12 @@ from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
 from rlrun.schema import to_dict as to_dict
 
-
 # --------------------------------------------------------------------------- schemas
+# runs without a preset go to MLflow's own experiment 0, which every store has (a second, rlrun-made
+# "default" beside MLflow's empty "Default" confused users)
+DEFAULT_EXPERIMENT = "Default"
+
+
 @dataclass
 class OptimizerConfig:
     name: str = "adam"  # rlrun's fused Adam, or any torch.optim class name (SGD, RMSprop, AdamW, ...)
@@ -96,7 +100,7 @@ class TrackingConfig:
     backend: Literal["mlflow", "none"] = "mlflow"
     tracking_uri: str | None = None  # None: sqlite:///<launch dir>/mlflow.db
     artifact_location: str | None = None  # None: <dir of the sqlite file>/mlartifacts
-    experiment_name: str | None = None  # None: the +experiment config's name, else "default"
+    experiment_name: str | None = None  # None: the +experiment config's name, else DEFAULT_EXPERIMENT
     run_name: str | None = None
     log_model: bool = True  # the final policy as MLflow model `model` (greedy actions; ~1.5 s at the end)
 

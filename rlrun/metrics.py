@@ -34,3 +34,13 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     names += [f"loss/{t}" for t in loss_terms]
     names += [f"train/{s}" for s in loss_stats]
     return sorted(set(names))
+
+# Metrics that stay exactly 0 unless a feature is on (PPO's KL penalty; worker restarts and dropped
+# fragments): not logged until they first differ from 0, so the MLflow page shows no flat-zero charts.
+ZERO_UNTIL_USED = ("loss/kl", "train/kl_coeff", "workers/num_restarts", "workers/num_dropped_fragments")
+
+
+def without_unused(metrics: dict[str, float], used: set[str]) -> dict[str, float]:
+    """``metrics`` minus the ``ZERO_UNTIL_USED`` ones that have been 0 so far (``used`` is updated)."""
+    used.update(k for k in ZERO_UNTIL_USED if metrics.get(k, 0.0) != 0.0)
+    return {k: v for k, v in metrics.items() if k not in ZERO_UNTIL_USED or k in used}

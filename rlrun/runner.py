@@ -28,10 +28,10 @@ from rlrun.checkpoint import (
     resolve_resume,
     save_checkpoint,
 )
-from rlrun.config import ConfigError, RunConfig, build_config, to_dict
+from rlrun.config import DEFAULT_EXPERIMENT, ConfigError, RunConfig, build_config, to_dict
 from rlrun.envs import probe_env
 from rlrun.errors import CheckpointError, RunInterrupted, Terminated
-from rlrun.metrics import STOP_COUNTERS
+from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.plugins import load_plugins
 from rlrun.progress import ProgressLine, Summary
 from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
@@ -133,6 +133,7 @@ class _RunContext:
     status: str = "FAILED"
     checkpoint: Path = Path()
     run_name: str | None = None
+    used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
 
 
 def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
@@ -169,7 +170,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     check_output_dir_is_ours(out_dir, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     run_name = cfg.tracking.run_name or default_run_name(cfg)
-    tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or "default", resume_run_id)
+    tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
+                           resume_run_id)
     tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir),
             **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
@@ -288,7 +290,7 @@ def default_run_name(cfg: RunConfig) -> str:
 def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
     sha = git_sha(launch)
     return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
-            "rlrun.experiment": cfg.experiment or "default", "rlrun.seed": str(cfg.seed),
+            "rlrun.experiment": cfg.experiment or DEFAULT_EXPERIMENT, "rlrun.seed": str(cfg.seed),
             "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags(), **process_tags()}
 
 
@@ -298,7 +300,8 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
     while True:
         ctx.result = trainer.train()
         ctx.history.append(ctx.result)
-        row = (clean_metrics(ctx.result), int(ctx.result["timesteps_total"]), int(time.time() * 1000))
+        row = (without_unused(clean_metrics(ctx.result), ctx.used_metrics), int(ctx.result["timesteps_total"]),
+               int(time.time() * 1000))
         ctx.metric_rows.append(row)
         ctx.tracker.check()
         ctx.tracker.log_metrics(*row)

@@ -25,6 +25,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlrun import writer_messages as msg
+from rlrun.config import DEFAULT_EXPERIMENT
 from rlrun.sweep_info import SWEEP_FILE, SweepInfo, SweepJob, read_sweep_info
 
 
@@ -67,7 +68,7 @@ def _tracking_target(config: DictConfig) -> tuple[str, str, str | None] | None:
     if tr.get("backend", "mlflow") != "mlflow":
         return None
     uri, artifacts = store_locations(tr.get("tracking_uri"), tr.get("artifact_location"), config.hydra.runtime.cwd)
-    name = tr.get("experiment_name") or config.hydra.runtime.choices.get("experiment") or "default"
+    name = tr.get("experiment_name") or config.hydra.runtime.choices.get("experiment") or DEFAULT_EXPERIMENT
     return uri, str(name), artifacts
 
 

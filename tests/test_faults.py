@@ -25,7 +25,7 @@ def _start(args, d, **kw):
                             env=ENV, **kw)
 
 
-def _runs(d, experiment="default"):
+def _runs(d, experiment="Default"):
     client = MlflowClient(f"sqlite:///{d / 'mlflow.db'}")
     exp = client.get_experiment_by_name(experiment)
     return client, (list(client.search_runs([exp.experiment_id])) if exp else [])

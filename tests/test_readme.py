@@ -61,8 +61,16 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmd in (REPO / ".ci" / "run").read_text().splitlines()
 
 
-def test_only_the_directory_tree_is_not_runnable():
-    assert [b.text.split("\n")[0] for b in BLOCKS if b not in RUNNABLE] == ["conf/"]
+def test_only_the_directory_tree_and_a_run_summary_are_not_runnable():
+    # the summary is checked against a real run's in run_bash_command
+    assert [b.text.split("\n")[0] for b in BLOCKS if b not in RUNNABLE] == [
+        "rlrun: stopped: rollout/episode_return_mean = 484.22 >= 475 (target met)", "conf/"]
+
+
+def labels(summary_text: str) -> list[str]:
+    lines = summary_text.strip().splitlines()
+    start = max(i for i, ln in enumerate(lines) if ln.startswith("rlrun: stopped: "))
+    return [ln.split()[0] for ln in lines[start + 1:]]
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +105,8 @@ def run_bash_command(cmd: str, launch: Path) -> None:
             return  # the suite itself: CI runs it (test_ci_runs_the_readme_test_command)
         out = sh(rest.strip(), launch).stdout  # the first run trains to the target, as the README says
         assert "stopped: rollout/episode_return_mean" in out, out[-2000:]
+        shown = next(b.text for b in BLOCKS if b.lang == "text")
+        assert labels(out) == labels(shown), out[-2000:]  # the README shows the summary a run prints
         return
     if cmd.startswith("mlflow ui"):
         return mlflow_ui(cmd, launch)

@@ -169,7 +169,7 @@ def test_env_error_drops_one_fragment_restarts_and_past_the_bound_fails_cleanly(
                         cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("default").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name("Default").experiment_id])
     assert run.info.status == "FINISHED"
     assert run.data.metrics["workers/num_restarts"] >= 2
     assert run.data.metrics["workers/num_dropped_fragments"] >= 2

@@ -7,7 +7,8 @@ Each trial runs the real CLI in a fresh temporary directory and checks the MLflo
   (meta.json names that run), and the store must still answer.
 - sigterm: SIGTERM after a random 3-9 s; exit 143 and a final checkpoint; then ``resume=latest``.
 - group_kill: SIGKILL to the trainer's whole process group a random 0-6 s after its first periodic
-  checkpoint (before it there is nothing to resume), and to its MLflow writer too (the worst case: nothing confirmed what it had not written); then ``resume=latest``.
+  checkpoint (before it there is nothing to resume), and to its MLflow writer too (the worst case:
+  nothing confirmed what it had not written); then ``resume=latest``.
   For both kill trials: one MLflow run, FINISHED, steps unique and increasing, and every iteration
   the resumed checkpoint covers present in the metric history; no run left RUNNING.
 
@@ -106,7 +107,7 @@ def killed_then_resumed(d: Path, kill: Callable[[subprocess.Popen[str]], None], 
         return f"resume exit {r_code}: {r.stderr.read()[-300:]}"
     from mlflow.tracking import MlflowClient
 
-    all_runs = runs(d, "default")
+    all_runs = runs(d, "Default")
     if len(all_runs) != 1 or all_runs[0].info.status != "FINISHED":
         return f"runs after resume: {[(r.info.run_id, r.info.status) for r in all_runs]}"
     client = MlflowClient(f"sqlite:///{d / 'mlflow.db'}")
