@@ -282,12 +282,13 @@ def _on_start(run: _Run, job: msg.Start) -> bool:
         for k, v in job.tags.items():
             client.set_tag(run.run_id, k, v)
         hist = client.get_metric_history(run.run_id, "timesteps_total")
-        run.reply(msg.RunStarted(run.run_id, max((m.step for m in hist), default=-1)))
+        run.reply(msg.RunStarted(run.run_id, max((m.step for m in hist), default=-1),
+                                 client.get_run(run.run_id).info.experiment_id))
     else:
         reap_dead_runs(client, init.experiment_name)
         run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags,
                                 init.uri, job.start_time_ms)
-        run.reply(msg.RunStarted(run.run_id, -1))
+        run.reply(msg.RunStarted(run.run_id, -1, client.get_run(run.run_id).info.experiment_id))
         log_params(client, run.run_id, job.params)
     _warm_up(run.shared, model=init.log_model)
     return False

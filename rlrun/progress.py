@@ -96,6 +96,7 @@ class Summary:
     run_id: str | None
     experiment: str
     tracking_uri: str | None
+    experiment_id: str | None = None
 
     def lines(self) -> list[str]:
         last = self.history[-1] if self.history else {}
@@ -111,12 +112,11 @@ class Summary:
             out.append(f"  checkpoint {self.checkpoint}")
         if self.run_id:
             out.append(f"  MLflow     run '{self.run_name}' ({self.run_id}) in experiment '{self.experiment}'")
-            out.append(f"  browse     {browse_command(self.tracking_uri or '')}")
+            uri = self.tracking_uri or ""
+            server = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+            if server != uri:
+                out.append(f"  browse     mlflow ui --backend-store-uri {uri}")
+            # workflowType: MLflow 3.17's UI otherwise opens in its GenAI view (traces, token usage)
+            out.append(f"  open       {server.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+                       "?workflowType=machine_learning")
         return out
-
-
-def browse_command(uri: str) -> str:
-    """The command (or address) that shows the MLflow store ``uri``."""
-    if uri.startswith(("http://", "https://")):
-        return f"open {uri}"
-    return f"mlflow ui --backend-store-uri {uri}"

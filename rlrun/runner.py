@@ -107,7 +107,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     if ctx.cfg.progress:
         print("\n".join(Summary(ctx.reason, met, ctx.history, time.monotonic() - t0, ctx.out_dir,
                                  ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
-                                 ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri).lines()),
+                                 ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
+                                 ctx.tracker.experiment_id).lines()),
               flush=True)
     return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history)
 

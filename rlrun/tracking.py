@@ -50,6 +50,7 @@ class Tracker:
         self.run_id: str | None = None
         self.uri: str | None = None
         self.experiment_name: str | None = None
+        self.experiment_id: str | None = None
 
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None: ...
 
@@ -175,6 +176,7 @@ class MlflowTracker(Tracker):
                 kinds.append(type(reply))
                 if isinstance(reply, msg.RunStarted):
                     self.run_id, self._skip_through_step = reply.run_id, reply.last_step
+                    self.experiment_id = reply.experiment_id
                 elif isinstance(reply, msg.Uploaded):
                     self._uploaded.add(reply.local_dir)
                 elif isinstance(reply, msg.Error):

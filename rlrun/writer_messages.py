@@ -108,6 +108,7 @@ class Eof:
 class RunStarted:
     run_id: str
     last_step: int  # on resume: the newest env step MLflow already holds (-1 for a new run)
+    experiment_id: str = ""
 
 
 @dataclass(frozen=True)

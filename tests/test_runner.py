@@ -103,6 +103,9 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
     assert re.fullmatch(r"timesteps_total = \d+ >= 3000", s["stopped"]) and int(s["steps"]) >= 3000
     assert (tmp_path / "outputs").resolve() in Path(s["output"]).parents and Path(s["checkpoint"]).is_dir()
     assert s["browse"] == f"mlflow ui --backend-store-uri sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    exp_id = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_experiment_by_name("ppo_cartpole")
+    assert s["open"] == (f"http://127.0.0.1:5000/#/experiments/{exp_id.experiment_id}/runs/{s['run_id']}"
+                         "?workflowType=machine_learning")
     iteration_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("iter ")]
     assert len(iteration_lines) == len(set(iteration_lines))  # the last iteration is not printed twice
 
