@@ -152,10 +152,12 @@ def preset_keys(experiment: str) -> set[str]:
 
 
 def blame_preset(message: str, experiment: str | None, overrides: list[str]) -> str:
-    """A config error about a key the user never typed gets where it came from: the preset."""
-    key = message.split(":", 1)[0].strip()
+    """An unknown-key error about a key the user never typed gets where it came from: the preset."""
+    key, _, what = message.partition(":")
+    key = key.strip()
     typed = any(re.match(rf"[+~]*{re.escape(key)}=", o) for o in overrides)
-    if not experiment or typed or key not in preset_keys(experiment):
+    # only a key that does not exist for the user's choices (a value error names its own fix)
+    if not experiment or typed or not what.strip().startswith("unknown key") or key not in preset_keys(experiment):
         return message
     return (f"{message} [{key} is set by +experiment={experiment}, not by you: a preset is tuned for its own "
             f"algo, model and env; drop the preset, or remove the key with ~{key}]")

@@ -61,7 +61,7 @@ def test_a_resumed_run_reports_the_last_step_mlflow_holds(tmp_path):
     run_id = replies[0].run_id
     init = msg.Init(uri, None, "unit", "r", run_id, log_model=False)
     _, again = serve(uri, [msg.Start({}, {"rlrun.resumed_from": "x"}), msg.End("FINISHED")], init)
-    assert again[0] == msg.RunStarted(run_id, 512)
+    assert again[0] == msg.RunStarted(run_id, 512, replies[0].experiment_id) and replies[0].experiment_id == "1"
     assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
 
 

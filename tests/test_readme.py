@@ -132,7 +132,9 @@ def mlflow_ui(cmd: str, launch: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(["bash", "-c", f"exec {cmd} --port {port}"], cwd=launch, env=ENV,
+    tmp = launch / "mlflow-ui-tmp"  # MLflow's server leaves a db_init_lock-<hash> file in its temp dir
+    tmp.mkdir(exist_ok=True)
+    proc = subprocess.Popen(["bash", "-c", f"exec {cmd} --port {port}"], cwd=launch, env={**ENV, "TMPDIR": str(tmp)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline, page = time.monotonic() + 120, ""
