@@ -376,11 +376,16 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
 
 
 def _prune_checkpoints(root: Path, keep_last: int, tracker: Tracker) -> None:
-    """Keep the newest ``keep_last`` local checkpoints; an older one goes only once MLflow has it."""
+    """Keep the newest ``keep_last`` local checkpoints; an older one goes only once MLflow has it.
+    While uploads lag, at most ``2 x keep_last`` stay: past that the trainer waits for the oldest
+    upload (the writer uploads in order). Measured before the bound: 10 local dirs with keep_last=3
+    and a checkpoint every iteration on a loaded 2-core machine, 15-29 in the issue's report."""
     done = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("iter_"))
+    local = len(done)
     for old in done[:-keep_last]:
-        if tracker.is_uploaded(old):  # never delete a checkpoint MLflow has not finished copying
+        if tracker.is_uploaded(old) or (local > 2 * keep_last and tracker.wait_uploaded(old)):
             shutil.rmtree(old, ignore_errors=True)
+            local -= 1
 
 
 def make_trainer_from(cfg: RunConfig, launch_dir: str | Path | None = None) -> Trainer:

@@ -77,6 +77,10 @@ class Tracker:
         """Whether ``log_artifacts(local_dir)`` has finished, so the local copy may be deleted."""
         return True
 
+    def wait_uploaded(self, local_dir: str | Path, timeout: float = 600.0) -> bool:
+        """Block until ``log_artifacts(local_dir)`` has finished (False: not within ``timeout``)."""
+        return True
+
     def check(self) -> None: ...
 
     def end(self, status: str = "FINISHED") -> None: ...
@@ -202,6 +206,12 @@ class MlflowTracker(Tracker):
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         self._poll()
+        return str(local_dir) in self._uploaded
+
+    def wait_uploaded(self, local_dir: str | Path, timeout: float = 600.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while str(local_dir) not in self._uploaded and time.monotonic() < deadline:
+            self._poll(block_s=0.2)
         return str(local_dir) in self._uploaded
 
     def check(self) -> None:

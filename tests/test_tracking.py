@@ -1,5 +1,6 @@
 """MLflow with a real SQLite store: one run per rlrun run, read back with MlflowClient."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,30 @@ def test_periodic_checkpoints_are_uploaded_and_pruned_locally(tmp_path):
     local = sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir())
     assert local[-2:] == ["iter_000004", "iter_000005"] and len(local) <= 3
     assert not [p for p in (tmp_path / "out" / "checkpoints").iterdir() if p.name.startswith(".")]  # no temp dirs
+
+
+def test_local_checkpoints_stay_bounded_while_uploads_lag(tmp_path):
+    import threading
+
+    cfg = compose(["+experiment=ppo_cartpole", "stop.training_iteration=40", "progress=false",
+                   "checkpoint.every_n_iters=1", "checkpoint.keep_last=2", f"output_dir={tmp_path / 'out'}"],
+                  launch_dir=str(tmp_path))
+    root, most, done = tmp_path / "out" / "checkpoints", [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if root.is_dir():
+                most[0] = max(most[0], sum(p.name.startswith("iter_") for p in root.iterdir()))
+            time.sleep(0.005)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        result = run(cfg, launch_dir=tmp_path)
+    finally:
+        done.set()
+        t.join()
+    # 2 x keep_last, plus the new one for the moment between its rename and the pruning
+    assert most[0] <= 2 * 2 + 1, most[0]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert len(client.list_artifacts(result.run_id, "checkpoints")) == 40  # MLflow has every one

@@ -27,6 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LINE = re.compile(r"steps\s+([\d,]+)\s+return\s+([\d.]+).*stopped: (.*)$")
+SUMMARY = re.compile(r"^rlrun: stopped: (.*?)(?: \(target met\))?\n"
+                     r"\s+return\s+final ([\d.-]+).*\n\s+env steps\s+([\d,]+)", re.M)
 
 
 REPO = HERE.parents[1]
@@ -41,9 +43,13 @@ def one_run(seed: int, extra: list[str], code_dir: Path = REPO) -> dict[str, obj
         wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"seed {seed} failed:\n{p.stderr[-2000:]}")
-    m = LINE.search(p.stdout.strip().splitlines()[-1])
-    assert m, p.stdout[-500:]
-    steps, ret, reason = int(m[1].replace(",", "")), float(m[2]), m[3]
+    summary = SUMMARY.search(p.stdout)
+    if summary:  # the end-of-run summary (rlrun/progress.py)
+        reason, ret, steps = summary[1], float(summary[2]), int(summary[3].replace(",", ""))
+    else:  # an older checkout (--before): its last progress line
+        m = LINE.search(p.stdout.strip().splitlines()[-1])
+        assert m, p.stdout[-500:]
+        steps, ret, reason = int(m[1].replace(",", "")), float(m[2]), m[3]
     return {"seed": seed, "wall_s": round(wall, 2), "env_steps": steps, "return": ret,
             "target_met": reason.startswith("rollout/episode_return_mean")}
 
