@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import REPO, rlrun_cmd
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+pytestmark = pytest.mark.slow  # real CLI runs of 10-40 s each
 LONG = ["algo=ppo", "stop.timesteps_total=3000000", "checkpoint.every_n_iters=5", "progress=false"]
 
 
