@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from rlrun.errors import CheckpointError  # re-exported
+from rlrun.provenance import pid_alive
 
 FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs, learner state)
 TENSORS_FILE = "policy.pt"
@@ -35,18 +36,8 @@ def remove_dead_writes(root: Path) -> None:
     when its process was killed; a write of a process that is still alive is left alone."""
     for leftover in root.glob(".iter_*.*-*") if root.is_dir() else []:
         pid = leftover.name.split(".")[-1].split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def save_checkpoint(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
+import tempfile
+from pathlib import Path
 
 from rlrun.config import RayConfig
 from rlrun.errors import RayConnectionError
+from rlrun.provenance import pid_alive
 
 
 def init_ray(rc: RayConfig) -> bool:
@@ -22,7 +26,7 @@ def init_ray(rc: RayConfig) -> bool:
         # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
         keep_on_loopback()
         ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", **quiet)  # type: ignore[arg-type]
+                 _node_ip_address="127.0.0.1", _temp_dir=private_temp_dir(), **quiet)  # type: ignore[arg-type]
         return True
     _check_reachable(rc.address)
     try:
@@ -41,12 +45,32 @@ def keep_on_loopback() -> None:
     imported with, so that is set too. Measured after: every listening socket on 127.0.0.1
     (``tests/test_worker_set.py``)."""
     os.environ[LOOPBACK_ENV] = "0"
+    # "Token authentication is enabled for this Ray cluster..." on every run: Ray 2.60's default (token
+    # auth on, token in ~/.ray/auth_token) is what we want for a private instance, so no need to say it
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     import ray._private.ray_constants as ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_OWN_TEMP_DIRS: list[str] = []
+
+
+def private_temp_dir() -> str:
+    """A temp root of this process's own for a private Ray instance (its session dir: logs, sockets,
+    spilled objects), removed by ``shutdown_ray``: Ray would otherwise leave a ``/tmp/ray/session_*``
+    behind every run. Short, under ``$RAY_TMPDIR`` or the system temp dir (Ray's socket paths have a
+    length limit). The dirs of rlrun processes that were killed (a process-group SIGKILL leaves no time
+    to clean up) are removed here by the next run."""
+    base = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+    for old in base.glob("rlrun-ray-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f"rlrun-ray-{os.getpid()}-", dir=base)
+    _OWN_TEMP_DIRS.append(path)
+    return path
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
@@ -80,3 +104,5 @@ def shutdown_ray() -> None:
     except Exception:
         pass
     ray.shutdown()
+    while _OWN_TEMP_DIRS:
+        shutil.rmtree(_OWN_TEMP_DIRS.pop(), ignore_errors=True)

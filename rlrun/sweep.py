@@ -203,9 +203,10 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
     init: Any = OmegaConf.to_container(launcher.ray.init, resolve=True)
     init.setdefault("object_store_memory", 78643200)  # what the launcher itself would pass (75 MiB)
     if init.get("address") is None:
-        from rlrun.ray_instance import keep_on_loopback
+        from rlrun.ray_instance import keep_on_loopback, private_temp_dir
 
         keep_on_loopback()
+        init.setdefault("_temp_dir", private_temp_dir())
     ray.init(**init)
     cpus = float(launcher.ray.get("remote", {}).get("num_cpus", 1) or 1)
     slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))

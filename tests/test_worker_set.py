@@ -2,6 +2,7 @@
 namespace with only loopback (see conftest.isolated), and is stopped by the test."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def test_first_batches_reproducible_and_ray_shut_down_after_each_job(tmp_path):
                        env=ENV, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "identical: True" in p.stdout and "workers differ: True" in p.stdout, p.stdout
+    # each job's private Ray instance removed its session dir (logs, sockets) at shutdown
+    assert not list(Path(os.environ["RAY_TMPDIR"]).glob("rlrun-ray-*"))
     rows = [int(x) for x in p.stdout.split("rows ")[1].split()[:2]]
     assert rows[0] == rows[1] and 512 <= rows[0] < 512 + 2 * 8  # overshoot < num_envs per fragment
 
@@ -244,6 +247,13 @@ def test_a_private_ray_instance_listens_on_loopback_only_and_dies_with_its_run(t
         proc.wait(timeout=30)
         _, alive = psutil.wait_procs(family, timeout=10)
         assert not alive, [(p.pid, p.name()) for p in alive]
+        # a group kill leaves no time to remove the instance's temp dir: the next private instance does
+        left = list(Path(os.environ["RAY_TMPDIR"]).glob(f"rlrun-ray-{proc.pid}-*"))
+        assert left
+        from rlrun.ray_instance import private_temp_dir
+
+        shutil.rmtree(private_temp_dir())
+        assert not any(d.exists() for d in left)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
