@@ -34,7 +34,7 @@ PRESETS: dict[str, list[str]] = {
 
 
 def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, float]]]:
-    from rlrun.run import run
+    from rlrun.runner import run
 
     from rlrun.cli import compose
 
