@@ -12,7 +12,6 @@ import shlex
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import urllib.request
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, isolated
+from tests.conftest import REPO, isolated, on_ray_cluster
 
 README = (REPO / "README.md").read_text()
 BUDGET = "stop.timesteps_total=3072"
@@ -151,23 +150,13 @@ def mlflow_ui(cmd: str, launch: Path) -> None:
 
 
 def ray_cluster(cmd: str, launch: Path) -> None:
-    """``ray start --head && rlrun ...``: in a loopback-only namespace, with a temp dir of its own so
-    that only this head's processes are stopped afterwards (never ``ray stop --force``)."""
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    """``ray start --head && rlrun ...``: the head on Ray's default port in a loopback-only namespace,
+    stopped by its own processes afterwards (conftest.on_ray_cluster; never ``ray stop --force``)."""
     head, rest = cmd.split("&&", 1)
-    script = textwrap.dedent(f"""
-        export RAY_TMPDIR={ray_tmp}
-        {head.strip()} --num-cpus=2 --include-dashboard=false --disable-usage-stats >/dev/null 2>&1 || exit 90
-        {with_budget(rest.strip())}
-        rc=$?
-        for sig in TERM KILL; do
-            for pid in $(pgrep -f -- "{ray_tmp}"); do [ "$pid" != "$$" ] && kill -$sig "$pid" 2>/dev/null; done
-            sleep 2
-        done
-        rm -rf "{ray_tmp}"
-        exit $rc
-    """)
-    sh(script, launch, wrap=isolated)
+    assert head.strip() == "ray start --head"
+    p = subprocess.run(on_ray_cluster(with_budget(rest.strip()), port=6379), cwd=launch, capture_output=True,
+                       text=True, timeout=900, env=ENV)
+    assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
 
 
 def run_python(block: Block, launch: Path) -> None:
