@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from rlrun.errors import CheckpointError  # re-exported
-from rlrun.provenance import pid_alive
+from rlrun.provenance import process_start
 
 FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs, learner state)
 TENSORS_FILE = "policy.pt"
@@ -36,7 +36,7 @@ def remove_dead_writes(root: Path) -> None:
     when its process was killed; a write of a process that is still alive is left alone."""
     for leftover in root.glob(".iter_*.*-*") if root.is_dir() else []:
         pid = leftover.name.split(".")[-1].split("-")[1]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isdigit() and process_start(int(pid)) is None:
             shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -115,8 +115,17 @@ def unknown_choice_line(group: str, choice: str, options: list[str], argv: list[
 
 def _registered(group: str, argv: list[str]) -> list[str]:
     """Registered loss or model names, the ``plugins=[...]`` of ``argv`` included."""
-    from rlrun.plugins import load_builtins, load_plugins
     from rlrun.registry import LOSSES, MODELS
+
+    if load_argv_plugins(argv) is not None:
+        return []  # the plugin's own error is reported when the run starts
+    return (LOSSES if group == "loss" else MODELS).names()
+
+
+def load_argv_plugins(argv: list[str]) -> str | None:
+    """Import rlrun's built-ins and the ``plugins=[...]`` modules of a command line (from the current
+    directory, as a run would); the import error's message, or None."""
+    from rlrun.plugins import load_builtins, load_plugins
 
     load_builtins()
     for arg in argv:
@@ -124,22 +133,16 @@ def _registered(group: str, argv: list[str]) -> list[str]:
         if m:
             try:
                 load_plugins([p.strip() for p in m[1].split(",") if p.strip()], search_dirs=["."])
-            except Exception:
-                return []  # the plugin's own error is reported when the run starts
-    return (LOSSES if group == "loss" else MODELS).names()
+            except Exception as e:
+                return str(e)
+    return None
 
 
 def preset_keys(experiment: str) -> set[str]:
     """Dotted keys a packaged ``+experiment`` preset sets (its defaults list aside)."""
-    from importlib.resources import files
+    from rlrun.compose import read_preset
 
-    import yaml
-
-    path = files("rlrun.conf").joinpath("experiment", f"{experiment}.yaml")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return set()
+    data = dict(read_preset(experiment) or {})
     data.pop("defaults", None)
 
     def walk(d: dict, prefix: str) -> set[str]:

@@ -6,7 +6,6 @@ up with ``plugins=[...]`` on the same command line."""
 
 from __future__ import annotations
 
-import re
 from importlib import metadata
 from importlib.resources import files
 
@@ -68,18 +67,16 @@ def groups_text() -> str:
 
 def registries_text(argv: list[str]) -> str:
     """Registered names, after importing the ``plugins=[...]`` modules named in ``argv``."""
-    from rlrun.plugins import load_builtins, load_plugins
+    from rlrun.cli_errors import load_argv_plugins
     from rlrun.registry import ALGOS, DISTRIBUTIONS, ENVS, LOSSES, MODELS, OPTIMIZERS
 
-    load_builtins()
-    for arg in argv:
-        m = re.fullmatch(r"\+{0,2}plugins=\[(.*)\]", arg)
-        if m:
-            load_plugins([p.strip() for p in m[1].split(",") if p.strip()])
+    problem = load_argv_plugins(argv)
     regs = {"algos": ALGOS, "losses": LOSSES, "models": MODELS, "action distributions": DISTRIBUTIONS,
             "optimizers (or any torch.optim class)": OPTIMIZERS, "envs (besides any gymnasium id)": ENVS}
     out = ["registered names (loss=custom loss.name=<loss>, model=custom model.name=<model>, env.id=<env>):"]
     out += [f"  {what}: {', '.join(sorted(reg.names())) or '-'}" for what, reg in regs.items()]
+    if problem:
+        out.append(f"  (a plugin could not be imported: {problem})")
     return "\n".join(out)
 
 

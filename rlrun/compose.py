@@ -62,18 +62,32 @@ def follow_env(raw: dict[str, Any], experiment: str) -> str:
     return name
 
 
+def read_preset(experiment: str) -> dict[str, Any] | None:
+    """A packaged ``+experiment`` preset's YAML (None for one from a user's config dir or a broken one)."""
+    from importlib.resources import files
+
+    import yaml
+
+    try:
+        data = yaml.safe_load(files("rlrun.conf").joinpath("experiment", f"{experiment}.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _preset_env_and_stop(experiment: str) -> tuple[str | None, dict[str, Any]]:
     """The env id a packaged preset runs and its ``stop`` section (None, {} for a preset from elsewhere)."""
     from importlib.resources import files
 
     import yaml
 
-    conf = files("rlrun.conf")
+    data = read_preset(experiment)
+    if data is None:
+        return None, {}
+    env_file = next((d["override /env"] for d in data.get("defaults", []) if isinstance(d, dict)
+                     and "override /env" in d), None)
     try:
-        data = yaml.safe_load(conf.joinpath("experiment", f"{experiment}.yaml").read_text()) or {}
-        env_file = next((d["override /env"] for d in data.get("defaults", []) if isinstance(d, dict)
-                         and "override /env" in d), None)
-        env = yaml.safe_load(conf.joinpath("env", f"{env_file}.yaml").read_text()) if env_file else {}
+        env = yaml.safe_load(files("rlrun.conf").joinpath("env", f"{env_file}.yaml").read_text()) if env_file else {}
     except (OSError, yaml.YAMLError):
         return None, {}
     env_id = (data.get("env") or {}).get("id") or (env or {}).get("id")

@@ -84,15 +84,3 @@ def process_start(pid: int) -> str | None:
         return None
     return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name; starttime is the 22nd
 
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlrun.config import RayConfig
 from rlrun.errors import RayConnectionError
-from rlrun.provenance import pid_alive
+from rlrun.provenance import process_start
 
 
 def init_ray(rc: RayConfig) -> bool:
@@ -66,7 +66,7 @@ def private_temp_dir() -> str:
     base = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
     for old in base.glob("rlrun-ray-*-*"):
         pid = old.name.split("-")[2]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isdigit() and process_start(int(pid)) is None:
             shutil.rmtree(old, ignore_errors=True)
     path = tempfile.mkdtemp(prefix=f"rlrun-ray-{os.getpid()}-", dir=base)
     _OWN_TEMP_DIRS.append(path)
