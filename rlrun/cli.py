@@ -81,6 +81,7 @@ def sweep_job(cfg: DictConfig) -> float:
     recorded (FAILED child, ``rlrun.error`` tag, ``job.log``) and NaN returned, so the sweep goes on."""
     from dataclasses import replace
 
+    from rlrun.console import short_floats
     from rlrun.runner import run
     from rlrun.sweep import Tee, record_failed_job
     from rlrun.sweep_info import SweepJob, objective_value, read_sweep_info
@@ -90,7 +91,7 @@ def sweep_job(cfg: DictConfig) -> float:
     out_dir = Path(hc.runtime.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     overrides = list(hc.overrides.task)
-    name = f"job {hc.job.num}: {' '.join(overrides)}"[:250]
+    name = f"job {hc.job.num}: {short_floats(' '.join(overrides))}"[:250]
     info = read_sweep_info(hc.sweep.dir)
     if info is not None:
         from rlrun.tracking import use_shared_writer
@@ -183,15 +184,12 @@ def exit_now(code: int) -> None:
 
 
 def _cli() -> int:
-    import warnings
-
+    from rlrun.console import quiet_libraries, take_verbose_flag
     from rlrun.sweep import OUTCOME, end_interrupted_sweep
 
-    # conf/hydra/launcher/ray.yaml deliberately replaces the plugin's `ray` config (same schema)
-    # (the message starts with a newline: (?s) lets .* cross it)
-    warnings.filterwarnings("ignore", message="(?s).*is validated against ConfigStore schema with the same name")
-
-    argv = sys.argv[1:]
+    argv = take_verbose_flag(sys.argv[1:])
+    sys.argv[1:] = argv  # Hydra never sees -v
+    quiet_libraries()
     if "--version" in argv:
         from rlrun.cli_help import version_text
 

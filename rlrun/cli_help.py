@@ -24,6 +24,7 @@ GROUP_HELP = {
 USAGE = """\
 usage: rlrun [+experiment=<preset>] [group=option ...] [key=value ...] [+key=value ...]
        rlrun -m <overrides with comma-separated values>     (a sweep: one run per combination)
+       -v, --verbose: also show the libraries' INFO lines (Ray, MLflow, alembic, Optuna)
 
 Train a reinforcement-learning agent from a YAML config and record it in MLflow.
 

@@ -39,8 +39,8 @@ def compose_to_config(
     load_plugins([str(p) for p in plugins], search_dirs=[launch_dir])
     if raw.get("output_dir") is None:
         raw["output_dir"] = output_dir
-    if raw.get("experiment") is None:
-        raw["experiment"] = follow_env(raw, experiment) if experiment else None
+    if experiment and raw.get("experiment") in (None, experiment):  # a preset names itself; `experiment=x` wins
+        raw["experiment"] = follow_env(raw, experiment)
     return build_config(raw)
 
 

@@ -1,8 +1,10 @@
 """Every metric name rlrun reports, in one leaf module: these are exactly the valid ``stop`` keys.
 
 Names are ``namespace/name``: ``rollout/`` (episodes, from the workers), ``time/`` (where an
-iteration's seconds went, throughput), ``workers/`` (health of remote workers), ``loss/`` and
-``train/`` (the learner; a loss adds its own terms and stats), ``eval/`` (greedy evaluation).
+iteration's seconds went, throughput), ``workers/`` (health of remote workers), ``train/`` (the
+learner; a loss adds its terms as ``train/loss/<term>`` and its stats as ``train/<stat>``),
+``eval/`` (greedy evaluation). MLflow draws one chart section per prefix, sorted by name, so the
+return curves (``eval/``, ``rollout/``) come before the learner's charts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ TIME_METRICS = (
     "time/sample_s", "time/learn_s", "time/sync_weights_s", "time/iteration_s",
 )
 WORKER_METRICS = ("workers/num_healthy", "workers/num_restarts", "workers/num_dropped_fragments")
-POLICY_METRICS = ("loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps", "train/explained_variance")
+POLICY_METRICS = ("train/loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps", "train/explained_variance")
 EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/episode_return_max",
                 "eval/episode_len_mean", "eval/num_episodes")
 EPISODE_WINDOW = 100  # rollout/episode_* are over the last 100 completed episodes
@@ -31,13 +33,13 @@ EPISODE_WINDOW = 100  # rollout/episode_* are over the last 100 completed episod
 def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], loss_stats: Iterable[str]) -> list[str]:
     """Every metric a run reports, given its algorithm's own metrics and its loss's terms and stats."""
     names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *POLICY_METRICS, *EVAL_METRICS, *algo_metrics]
-    names += [f"loss/{t}" for t in loss_terms]
+    names += [f"train/loss/{t}" for t in loss_terms]
     names += [f"train/{s}" for s in loss_stats]
     return sorted(set(names))
 
 # Metrics that stay exactly 0 unless a feature is on (PPO's KL penalty; worker restarts and dropped
 # fragments): not logged until they first differ from 0, so the MLflow page shows no flat-zero charts.
-ZERO_UNTIL_USED = ("loss/kl", "train/kl_coeff", "workers/num_restarts", "workers/num_dropped_fragments")
+ZERO_UNTIL_USED = ("train/loss/kl", "train/kl_coeff", "workers/num_restarts", "workers/num_dropped_fragments")
 
 
 def without_unused(metrics: dict[str, float], used: set[str]) -> dict[str, float]:

@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 
 
 class LossOutput(NamedTuple):
-    """A loss's result: the scalar to minimise, its named terms (logged as ``loss/<name>``) and
+    """A loss's result: the scalar to minimise, its named terms (logged as ``train/loss/<name>``) and
     extra statistics (logged as ``train/<name>``)."""
 
     total: torch.Tensor
@@ -221,7 +221,7 @@ class Policy:
                 yield {k: v[idx] for k, v in tb.items()}
 
     def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
-        """One loss evaluation and optimizer step; its stats (``loss/*``, ``train/*``), not averaged."""
+        """One loss evaluation and optimizer step; its stats (``train/loss/*``, ``train/*``), not averaged."""
         out = self.loss_fn(self, self.model, self.dist_class, mbatch)
         if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
             got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
@@ -231,12 +231,12 @@ class Policy:
         total = float(out.total.detach())
         if not math.isfinite(total):  # stop before the step: the weights stay as they were
             raise NonFiniteLossError(
-                f"loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
+                f"train/loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
                 f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. A smaller algo.lr or "
                 "an algo.grad_clip usually helps"
             )
-        stats = {"loss/total": total, "train/grad_norm": self.apply_gradients(out.total)}
-        stats.update({f"loss/{k}": _num(v) for k, v in out.terms.items()})
+        stats = {"train/loss/total": total, "train/grad_norm": self.apply_gradients(out.total)}
+        stats.update({f"train/loss/{k}": _num(v) for k, v in out.terms.items()})
         stats.update({f"train/{k}": _num(v) for k, v in out.stats.items()})
         self.num_rows_trained += len(next(iter(mbatch.values()))) if mbatch else 0
         return stats

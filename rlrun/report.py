@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from rlrun.console import short_floats
+
 RETURN = "rollout/episode_return_mean"
 FILES = ("sweep_summary.csv", "sweep_summary.md", "sweep_returns.png")
 
@@ -103,7 +105,8 @@ def markdown(summary: Summary) -> str:
     lines = ["| job | overrides | status | final return | env steps | steps to target | wall s to target | wall s "
              "| error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in summary.rows:
-        lines.append(f"| {r.name} | `{r.overrides}` | {r.status} | {_fmt(r.final_return)} | {_fmt(r.env_steps, 0)} | "
+        lines.append(f"| {r.name} | `{short_floats(r.overrides)}` | {r.status} | {_fmt(r.final_return)} | "
+                     f"{_fmt(r.env_steps, 0)} | "
                      f"{_fmt(r.steps_to_target, 0)} | {_fmt(r.wall_to_target_s)} | {_fmt(r.wall_s)} | "
                      f"{r.error[:200].replace('|', '/')} |")
     failed = [r for r in summary.rows if r.status != "FINISHED"]

@@ -13,6 +13,7 @@ so the sweep goes on (Optuna records NaN as a failed trial). At the end the pare
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -86,6 +87,10 @@ class SweepCallback(Callback):
     """Driver side of a sweep: parent run before the jobs, summary after them."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if "optuna" in str(config.hydra.sweeper.get("_target_", "")):
+            from rlrun.console import quiet_optuna
+
+            quiet_optuna()
         start_sweep(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -207,6 +212,10 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
 
         keep_on_loopback()
         init.setdefault("_temp_dir", private_temp_dir())
+    from rlrun.console import verbose
+
+    if not verbose():
+        init.setdefault("logging_level", logging.WARNING)  # not "Started a local Ray instance." on every sweep
     ray.init(**init)
     cpus = float(launcher.ray.get("remote", {}).get("num_cpus", 1) or 1)
     slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))

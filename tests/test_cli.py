@@ -71,3 +71,25 @@ def test_a_preset_on_another_env_drops_its_target_and_experiment_name(cli, tmp_p
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_experiment_by_name("ppo_Acrobot-v1") is not None
     assert client.get_experiment_by_name("ppo_cartpole") is None
+
+
+def test_cfg_job_shows_the_presets_experiment_name(cli):
+    p = cli("+experiment=ppo_cartpole", "--cfg", "job")
+    assert p.returncode == 0 and "\nexperiment: ppo_cartpole\n" in p.stdout, p.stdout[-2000:]
+    assert compose(["+experiment=ppo_cartpole", "env.id=Acrobot-v1"]).experiment == "ppo_Acrobot-v1"
+    assert compose(["algo=pg"]).experiment is None
+
+
+def test_verbose_flag_is_rlruns_and_long_floats_are_shortened_for_display(cli, monkeypatch):
+    from rlrun.console import VERBOSE_ENV, short_floats, take_verbose_flag
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    assert take_verbose_flag(["-v", "algo=pg", "--verbose"]) == ["algo=pg"]
+    import os
+
+    assert os.environ[VERBOSE_ENV] == "1"
+    long = "algo.lr=0.0017692267954532756 x=1.5 y=2.5e-07 seed=3"
+    assert short_floats(long) == "algo.lr=0.001769 x=1.5 y=2.5e-07 seed=3"
+    assert short_floats("lr=1.2345678901234567e-05") == "lr=1.235e-05"
+    p = cli("-v", "+experiment=ppo_cartpole", "debug=fast", "tracking=none")
+    assert p.returncode == 0 and "stopped: training_iteration = 3 >= 3" in p.stdout, p.stderr[-2000:]

@@ -23,7 +23,7 @@ def test_nan_loss_raises_and_leaves_the_weights_alone():
                          algo_config=PGConfig(lr=0.01), loss_fn=nan_loss)
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     batch = SampleBatch({SampleBatch.OBS: np.zeros((8, 4), np.float32)})
-    with pytest.raises(NonFiniteLossError, match=r"loss/total is nan at env step 0 \(algo.lr 0.01\)"):
+    with pytest.raises(NonFiniteLossError, match=r"train/loss/total is nan at env step 0 \(algo.lr 0.01\)"):
         policy.learn_on_batch(batch)
     for k, v in policy.model.state_dict().items():
         assert torch.equal(v, before[k]), k

@@ -53,7 +53,7 @@ def test_plugin_loss_model_and_env_selected_by_name(plugin_dir):
                    "tracking=none", "progress=false", "stop.timesteps_total=1024"], launch_dir=str(plugin_dir))
     result = run(cfg, launch_dir=plugin_dir)
     assert "vanilla_pg" in LOSSES
-    assert "loss/vanilla" in result.metrics  # our loss ran
+    assert "train/loss/vanilla" in result.metrics  # our loss ran
     assert result.metrics["rollout/episode_len_mean"] <= 20  # our env (kwargs applied) ran
     assert result.metrics["timesteps_total"] >= 1024
 

@@ -115,7 +115,7 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
     run = client.get_run(s["run_id"])
     assert run.info.run_name == s["run_name"] and re.fullmatch(r"ppo_cartpole-s4-[0-9a-f]{4}", s["run_name"])
     assert not {"output_dir", "progress", "torch_threads"} & set(run.data.params)
-    assert "loss/kl" not in run.data.metrics and "loss/policy" in run.data.metrics  # no flat-zero charts
+    assert "train/loss/kl" not in run.data.metrics and "train/loss/policy" in run.data.metrics  # no flat-zero charts
     assert run.data.tags["rlrun.output_dir"] == s["output"]
     first = min(m.timestamp for m in client.get_metric_history(run.info.run_id, "timesteps_total"))
     assert run.info.start_time <= first  # the run's duration covers its training

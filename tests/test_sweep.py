@@ -3,6 +3,7 @@ on the parent; failed jobs recorded without sinking the sweep; Ray launcher; Opt
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,10 @@ def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
                  "stop.timesteps_total=2000", "progress=false"], tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "Best parameters" in p.stdout + p.stderr
+    out = p.stdout + p.stderr  # quiet: no alembic plugin lines, no colour codes, floats to 4 digits
+    assert "setup plugin" not in out and "\x1b[" not in out and "A new study created" not in out, out[:3000]
+    jobs = [line for line in out.splitlines() if line.startswith(("rlrun: job", "[HYDRA] \t#"))]
+    assert jobs and not any(re.search(r"=\d+\.\d{9,}", line) for line in jobs), jobs
     client = _store(tmp_path)
     parent, children = _sweep_runs(client)
     assert len(children) == 3
@@ -167,6 +172,9 @@ def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus
     p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr  # each job's lines in full, without Ray's folding or colour codes
+    assert "repeated" not in out and "\x1b[" not in out and "Started a local Ray" not in out, out[-3000:]
+    assert out.count(": rollout/episode_return_mean = ") == 2, out[-3000:]
     _, children = _sweep_runs(_store(tmp_path))
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
     starts = [c.info.start_time for c in children]
@@ -194,7 +202,8 @@ def test_ray_launcher_jobs_fail_clearly_when_actors_cannot_get_cpus(tmp_path):
 @pytest.mark.ray
 def test_ray_launcher_joins_an_existing_cluster(tmp_path):
     # the plugin's fixed 75 MiB object store would make ray.init(address=auto) fail; our config drops it
-    command = (f"{sys.executable} -m rlrun -m hydra/launcher=ray hydra.launcher.ray.init.address=auto "
+    # -v: Ray's INFO line "Connecting to existing Ray cluster" is shown (held back without it)
+    command = (f"{sys.executable} -m rlrun -v -m hydra/launcher=ray hydra.launcher.ray.init.address=auto "
                "'~hydra.launcher.ray.init._node_ip_address' +experiment=ppo_cartpole seed=0,1 "
                "stop.timesteps_total=2000 progress=false")
     p = subprocess.run(on_ray_cluster(command, 6392), cwd=tmp_path, capture_output=True, text=True,

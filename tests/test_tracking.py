@@ -44,7 +44,7 @@ def test_params_and_tags(tracked_run):
 
 def test_metrics_once_per_iteration_stepped_by_env_steps(tracked_run):
     _, result, client = tracked_run
-    for key in ("rollout/episode_return_mean", "rollout/episode_len_mean", "loss/policy", "loss/vf",
+    for key in ("rollout/episode_return_mean", "rollout/episode_len_mean", "train/loss/policy", "train/loss/vf",
                 "train/approx_kl", "train/entropy", "time/env_steps_per_s"):
         hist = client.get_metric_history(result.run_id, key)
         assert len(hist) == 3, key
