@@ -120,6 +120,30 @@ class EvaluationConfig:
 
 
 @dataclass
+class PolicyConfig:
+    """One policy of a multi-agent run: learned (the run's algo/loss/model with these keys changed)
+    or a registered heuristic that is never trained."""
+
+    heuristic: str | None = None  # a registered non-learning policy (random, always_same, ...)
+    heuristic_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the heuristic's constructor
+    algo: dict[str, Any] = field(default_factory=dict)  # algo keys for this policy (lr, gamma, ...; same algorithm)
+    loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
+    model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
+
+
+@dataclass
+class MultiAgentConfig:
+    """Several policies, each acting for the agents mapped to it (empty ``policies``: single-agent)."""
+
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    # agent id pattern (fnmatch: *, ?, [02]) -> policy id; the first matching pattern wins
+    policy_mapping: dict[str, str] = field(default_factory=dict)
+    policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
+    policies_to_train: list[str] | None = None  # None: every learned policy
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
+
+
+@dataclass
 class RunConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -129,6 +153,7 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    multiagent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
     seed: int = 0
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
     stop: dict[str, float] = field(default_factory=lambda: {"timesteps_total": 100_000})
@@ -217,8 +242,10 @@ def check_config(cfg: RunConfig) -> RunConfig:
     check_domains(cfg)
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
+    from rlrun.multi_agent import check_multi_agent_config
+
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
-                  _check_plugin_rules):
+                  _check_plugin_rules, check_multi_agent_config):
         check(cfg)
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
@@ -248,7 +275,10 @@ def known_stop_keys(cfg: RunConfig) -> list[str]:
     """Counters plus every metric this run reports (its algo's and its loss's included)."""
     algo = ALGOS.get(cfg.algo.name)
     loss = LOSSES.entry(cfg.loss.name)
-    metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()))
+    ma = cfg.multiagent
+    learned = [pid for pid, p in ma.policies.items() if p.heuristic is None]
+    metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()), ma.policies,
+                               learned)
     return sorted({*STOP_COUNTERS, *metrics})
 
 

@@ -18,7 +18,7 @@ from rlrun.registry import ENVS, RegistryError, suggest
 
 def check_env_id(env_id: str) -> None:
     """Fail with known names if ``env_id`` is neither registered with rlrun nor with gymnasium."""
-    if env_id in ENVS or env_id in gym.registry:
+    if env_id in ENVS or env_id in gym.registry or env_id.startswith("pettingzoo:"):
         return
     gym_ids = sorted(gym.registry)
     known = ENVS.names() + gym_ids

@@ -30,12 +30,38 @@ EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/epi
 EPISODE_WINDOW = 100  # rollout/episode_* are over the last 100 completed episodes
 
 
-def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], loss_stats: Iterable[str]) -> list[str]:
-    """Every metric a run reports, given its algorithm's own metrics and its loss's terms and stats."""
-    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *POLICY_METRICS, *EVAL_METRICS, *algo_metrics]
-    names += [f"train/loss/{t}" for t in loss_terms]
-    names += [f"train/{s}" for s in loss_stats]
+# multi-agent runs: per policy, over the episodes of the agents it acts for
+POLICY_ROLLOUT_METRICS = ("episode_return_mean", "episode_return_min", "episode_return_max", "episodes_this_iter")
+
+
+def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], loss_stats: Iterable[str],
+                     policies: Iterable[str] = (), learned: Iterable[str] = ()) -> list[str]:
+    """Every metric a run reports, given its algorithm's own metrics and its loss's terms and stats.
+    Multi-agent runs (``policies``) add ``rollout/<policy>/...`` for every policy and, for the
+    ``learned`` ones, the learner's ``train/...`` metrics as ``train/<policy>/...``."""
+    algo_metrics, policies, learned = list(algo_metrics), list(policies), list(learned)
+    learner = [*POLICY_METRICS, *(m for m in algo_metrics if m.startswith("train/"))]
+    learner += [f"train/loss/{t}" for t in loss_terms]
+    learner += [f"train/{s}" for s in loss_stats]
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *EVAL_METRICS, *algo_metrics]
+    if not policies:
+        return sorted({*names, *learner})
+    names.append("rollout/agent_steps_this_iter")
+    names += [f"rollout/{pid}/{m}" for pid in policies for m in POLICY_ROLLOUT_METRICS]
+    names += [per_policy(m, pid) for pid in learned for m in learner]
     return sorted(set(names))
+
+
+def per_policy(name: str, policy_id: str) -> str:
+    """``train/loss/total`` -> ``train/<policy_id>/loss/total`` (a learner metric of one policy)."""
+    head, _, rest = name.partition("/")
+    return f"{head}/{policy_id}/{rest}"
+
+
+def _common_name(name: str) -> str:
+    """``train/p0/loss/kl`` -> ``train/loss/kl``: a per-policy learner metric's single-agent name."""
+    parts = name.split("/")
+    return "/".join([parts[0], *parts[2:]]) if len(parts) > 2 and parts[0] == "train" and parts[1] != "loss" else name
 
 # Metrics that stay exactly 0 unless a feature is on (PPO's KL penalty; worker restarts and dropped
 # fragments): not logged until they first differ from 0, so the MLflow page shows no flat-zero charts.
@@ -44,5 +70,5 @@ ZERO_UNTIL_USED = ("train/loss/kl", "train/kl_coeff", "workers/num_restarts", "w
 
 def without_unused(metrics: dict[str, float], used: set[str]) -> dict[str, float]:
     """``metrics`` minus the ``ZERO_UNTIL_USED`` ones that have been 0 so far (``used`` is updated)."""
-    used.update(k for k in ZERO_UNTIL_USED if metrics.get(k, 0.0) != 0.0)
-    return {k: v for k, v in metrics.items() if k not in ZERO_UNTIL_USED or k in used}
+    used.update(k for k, v in metrics.items() if v != 0.0 and _common_name(k) in ZERO_UNTIL_USED)
+    return {k: v for k, v in metrics.items() if _common_name(k) not in ZERO_UNTIL_USED or k in used}

@@ -33,10 +33,13 @@ class ProgressLine:
         self._task: Any = None
 
     def _text(self, r: Mapping[str, float]) -> str:
-        ret = r.get(RETURN, math.nan)
-        target = next((f" / {v:g}" for k, v in self.stop.items() if k == RETURN), "")
+        # the return the run is stopped on (a multi-agent run's rollout/<policy>/...), else the episode return
+        key = next((k for k in self.stop if k.startswith("rollout/") and k.endswith("episode_return_mean")), RETURN)
+        label = "return" if key == RETURN else f"{key.split('/')[1]} return"
+        ret = r.get(key, math.nan)
+        target = f" / {self.stop[key]:g}" if key in self.stop else ""
         return (f"iter {int(r['training_iteration']):>5}  steps {int(r['timesteps_total']):>9,}  "
-                f"return {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
+                f"{label} {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
                 f"{r['time_total_s']:7.1f} s")
 
     def _budget(self) -> tuple[str, float] | None:
@@ -98,6 +101,16 @@ class Summary:
     tracking_uri: str | None
     experiment_id: str | None = None
 
+    def _policy_lines(self, last: Mapping[str, float]) -> list[str]:
+        """Multi-agent runs: each policy's return (its agents' episodes); the line above sums all agents."""
+        out = []
+        for key in sorted(k for k in last if k.count("/") == 2 and k.startswith("rollout/")
+                          and k.endswith("/episode_return_mean")):
+            series = [h[key] for h in self.history if not math.isnan(h.get(key, math.nan))]
+            if series:
+                out.append(f"    {key.split('/')[1]}: final {series[-1]:.1f}, best {max(series):.1f}")
+        return ["  policies   (their agents' episode returns)", *out] if out else []
+
     def lines(self) -> list[str]:
         last = self.history[-1] if self.history else {}
         returns = [h[RETURN] for h in self.history if not math.isnan(h.get(RETURN, math.nan))]
@@ -106,6 +119,7 @@ class Summary:
         out = [f"rlrun: stopped: {self.reason}{' (target met)' if self.target_met else ''}",
                f"  return     {ret} (mean of the last 100 episodes)"
                + (f"; greedy eval {evals[-1]:.1f}" if evals else ""),
+               *self._policy_lines(last),
                f"  env steps  {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",
                f"  output     {self.output_dir}"]
         if self.checkpoint is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -36,8 +37,11 @@ def params_from_config(cfg: Mapping[str, Any]) -> dict[str, str]:
         s = "null" if v is None else str(v)
         if len(s) > MAX_PARAM_VALUE:
             s = s[: MAX_PARAM_VALUE - 3] + "..."
-        out[k[:MAX_PARAM_KEY]] = s
+        out[_PARAM_KEY_CHARS.sub("_", k)[:MAX_PARAM_KEY]] = s  # e.g. multiagent.policy_mapping.agent_[02]
     return out
+
+
+_PARAM_KEY_CHARS = re.compile(r"[^\w\-. :/]")  # what MLflow allows in a param name
 
 
 def git_sha(cwd: str | Path) -> str:

@@ -101,3 +101,5 @@ MODELS: Registry[Any] = Registry("model")
 ENVS: Registry[Any] = Registry("env")
 DISTRIBUTIONS: Registry[Any] = Registry("action distribution")
 OPTIMIZERS: Registry[Any] = Registry("optimizer")
+HEURISTICS: Registry[Any] = Registry("heuristic policy")  # non-learning policies for multi-agent runs
+POLICY_MAPPINGS: Registry[Any] = Registry("policy mapping function")  # agent id -> policy id

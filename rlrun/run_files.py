@@ -43,10 +43,17 @@ def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path
         counters = state["counters"]
         for key in STOP_COUNTERS:
             float(counters[key])
-        env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
-        spaces = env.single_observation_space, env.single_action_space
-        env.close()
-        policies = make_policy_factory(cfg, launch)(*spaces)
+        if cfg.multiagent.policies:
+            from rlrun.multi_agent import make_multi_agent_env, policy_spaces
+
+            ma_env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
+            policies = make_policy_factory(cfg, launch).multi_agent(policy_spaces(cfg, ma_env)[2])
+            ma_env.close()
+        else:
+            env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
+            spaces = env.single_observation_space, env.single_action_space
+            env.close()
+            policies = make_policy_factory(cfg, launch)(*spaces)
         for pid, policy in policies.items():
             policy.set_state(state["policies"][pid])
         _ = (state["episodes"]["returns"], state["rng"]["torch"])  # present

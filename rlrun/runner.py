@@ -29,6 +29,7 @@ from rlrun.config import DEFAULT_EXPERIMENT, ConfigError, RunConfig, build_confi
 from rlrun.envs import probe_env
 from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
+from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.plugins import load_plugins
 from rlrun.progress import ProgressLine, Summary
 from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
@@ -152,7 +153,10 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
-    probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize)  # env API mistakes: one line, before anything starts
+    if cfg.multiagent.policies:  # env API mistakes, agents no policy covers, spaces: one line, before anything starts
+        probe_multi_agent_env(cfg)
+    else:
+        probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -278,7 +282,8 @@ def _finish(ctx: _RunContext) -> None:
             ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
                                               ctx.metric_rows)
             ctx.checkpoint_written = True
-            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
+            # multi-agent runs: one MLflow model per policy is not built yet (the checkpoint holds every policy)
+            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model and not ctx.cfg.multiagent.policies:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
             _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
     finally:

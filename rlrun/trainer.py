@@ -21,11 +21,12 @@ import numpy as np
 import torch
 
 from rlrun.algorithm import LearnContext, get_algorithm
-from rlrun.batch import SampleBatch, concat_samples
+from rlrun.batch import MultiAgentBatch, concat_samples
 from rlrun.config import RunConfig
 from rlrun.envs import make_vector_env
 from rlrun.evaluation import EvalResult, evaluate
-from rlrun.metrics import EPISODE_WINDOW
+from rlrun.metrics import EPISODE_WINDOW, per_policy
+from rlrun.multi_agent import policies_to_train
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
 from rlrun.worker_set import WorkerSet
 from rlrun.workers import make_policy_factory
@@ -41,7 +42,9 @@ class Trainer:
         self.policy_factory = make_policy_factory(cfg, launch_dir)
         self.workers = WorkerSet(cfg, self.policy_factory)
         self.policies: PolicyMap = self.workers.local_worker.policy_map  # the learner's policies
-        self.policies_to_train: list[str] = list(self.policies)
+        self.multi_agent = bool(cfg.multiagent.policies)
+        self.policies_to_train: list[str] = policies_to_train(cfg) if self.multi_agent else list(self.policies)
+        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies}
         self.iteration = 0
         self.timesteps_total = 0
         self.episodes_total = 0
@@ -56,27 +59,35 @@ class Trainer:
         return self.policies[DEFAULT_POLICY_ID]
 
     # ------------------------------------------------------------------ the iteration
-    def sample_batch(self) -> SampleBatch:
-        """Fragments from all workers until ``train_batch_size`` env steps (exact counts are
-        reported: each fragment may hold up to num_envs - 1 extra rows)."""
+    def sample_batch(self) -> Any:
+        """Fragments from all workers until ``train_batch_size`` env steps (multi-agent: env or agent
+        steps, ``multiagent.count_steps_by``); exact counts are reported: each fragment may hold up to
+        num_envs - 1 extra rows. A SampleBatch, or a MultiAgentBatch in a multi-agent run."""
         interval = self.algorithm.async_broadcast_interval
-        batches: list[SampleBatch] = []
+        batches: list[Any] = []
         n = 0
+        by_agents = self.cfg.multiagent.count_steps_by == "agent_steps"
         while n < self.config.train_batch_size:
-            got = self.workers.sample() if interval is None else self.workers.sample_async(interval(self.config))
+            got: list[Any] = self.workers.sample() if interval is None else \
+                self.workers.sample_async(interval(self.config))
             for b in got:
                 batches.append(b)
-                n += len(b)
-        return concat_samples(batches)
+                n += (b.agent_steps() if by_agents else b.env_steps) if self.multi_agent else len(b)
+        return MultiAgentBatch.concat(batches) if self.multi_agent else concat_samples(batches)
 
-    def learn(self, batch: SampleBatch) -> dict[str, float]:
-        """Each trainable policy learns on the batch with its algorithm's learn hook."""
+    def learn(self, batch: Any) -> dict[str, float]:
+        """Each trainable policy learns on its batch with its algorithm's learn hook (a multi-agent
+        run's learner metrics are named per policy: ``train/<policy>/...``)."""
         ctx = LearnContext(self.timesteps_total, self.iteration)
         stats: dict[str, float] = {}
         for pid in self.policies_to_train:
             policy = self.policies[pid]
             policy.global_timestep = self.timesteps_total
-            stats.update(self.algorithm.learn(policy, batch, ctx))
+            if not self.multi_agent:
+                stats.update(self.algorithm.learn(policy, batch, ctx))
+            elif pid in batch.policy_batches and len(batch[pid]):
+                got = self.algorithm.learn(policy, batch[pid], ctx)
+                stats.update({per_policy(k, pid) if k.startswith("train/") else k: v for k, v in got.items()})
         return stats
 
     def train(self) -> dict[str, float]:
@@ -84,7 +95,8 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.sample_batch()
         t1 = time.perf_counter()
-        self.timesteps_total += len(batch)
+        env_steps = batch.env_steps if self.multi_agent else len(batch)
+        self.timesteps_total += env_steps
         rows_before = sum(p.num_rows_trained for p in self.policies.values())
         stats = self.learn(batch)
         rows = sum(p.num_rows_trained for p in self.policies.values()) - rows_before
@@ -95,14 +107,17 @@ class Trainer:
         self.time_total_s += t3 - t0
         episodes = self.workers.get_metrics()
         self._add_episodes(episodes.returns, episodes.lengths)
+        for pid, returns in (episodes.policy_returns or {}).items():
+            self._policy_returns[pid].extend(returns)
         result: dict[str, float] = {
             "training_iteration": self.iteration,
             "timesteps_total": self.timesteps_total,
             "episodes_total": self.episodes_total,
             "time_total_s": self.time_total_s,
             **self._episode_metrics(len(episodes.returns)),
-            "rollout/env_steps_this_iter": len(batch),
-            "time/env_steps_per_s": len(batch) / max(t3 - t0, 1e-9),
+            **(self._policy_metrics(episodes.policy_returns or {}, batch) if self.multi_agent else {}),
+            "rollout/env_steps_this_iter": env_steps,
+            "time/env_steps_per_s": env_steps / max(t3 - t0, 1e-9),
             "time/learn_throughput": rows / max(t2 - t1, 1e-9),
             "time/sample_s": t1 - t0,
             "time/learn_s": t2 - t1,
@@ -115,6 +130,19 @@ class Trainer:
         if ev.interval and self.iteration % ev.interval == 0:
             result.update(self.evaluate().metrics())
         return result
+
+    def _policy_metrics(self, new: dict[str, list[float]], batch: MultiAgentBatch) -> dict[str, float]:
+        """``rollout/<policy>/...``: the episode returns of the agents each policy acts for."""
+        out: dict[str, float] = {"rollout/agent_steps_this_iter": float(batch.agent_steps())}
+        for pid, window in self._policy_returns.items():
+            r = np.asarray(window, dtype=np.float64)
+            out.update({
+                f"rollout/{pid}/episode_return_mean": float(r.mean()) if len(r) else math.nan,
+                f"rollout/{pid}/episode_return_min": float(r.min()) if len(r) else math.nan,
+                f"rollout/{pid}/episode_return_max": float(r.max()) if len(r) else math.nan,
+                f"rollout/{pid}/episodes_this_iter": float(len(new.get(pid, ()))),
+            })
+        return out
 
     def _worker_metrics(self) -> dict[str, float]:
         """Worker health; only with remote workers (in-process sampling has none to report)."""
@@ -164,7 +192,8 @@ class Trainer:
                 "episodes_total": self.episodes_total,
                 "time_total_s": self.time_total_s,
             },
-            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths)},
+            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths),
+                         "policy_returns": {pid: list(w) for pid, w in self._policy_returns.items()}},
             "rng": {"torch": torch.get_rng_state()},
         }
 
@@ -179,6 +208,8 @@ class Trainer:
         self.time_total_s = float(c["time_total_s"])
         self._returns = deque(state["episodes"]["returns"], maxlen=EPISODE_WINDOW)
         self._lengths = deque(state["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        for pid, returns in state["episodes"].get("policy_returns", {}).items():
+            self._policy_returns[pid] = deque(returns, maxlen=EPISODE_WINDOW)
         torch.set_rng_state(state["rng"]["torch"])
         self.workers.sync_weights(self.timesteps_total)
 

@@ -28,6 +28,15 @@ def _first_and_last_line(text: str) -> str:
     return lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
 
 
+def worker_class(cfg: RunConfig) -> Any:
+    """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set."""
+    if cfg.multiagent.policies:
+        from rlrun.ma_worker import MultiAgentRolloutWorker
+
+        return MultiAgentRolloutWorker
+    return RolloutWorker
+
+
 class WorkerSet:
     """The workers of one run. With ``num_workers: 0`` only the local worker exists."""
 
@@ -36,11 +45,12 @@ class WorkerSet:
         self.policy_factory = policy_factory
         self.launch_dir = policy_factory.launch_dir
         self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
-        self.local_worker = RolloutWorker(self._spec(cfg.seed, 0), policy_factory)
+        self.worker_cls = worker_class(cfg)
+        self.local_worker = self.worker_cls(self._spec(cfg.seed, 0), policy_factory)
         self.num_workers = cfg.rollout.num_workers
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
-        self._episodes = EpisodeStats([], [])
+        self._episodes = EpisodeStats([], [], {})
         self._restarts_of: dict[int, int] = {}
         self._remote: dict[int, Any] = {}
         self._in_flight: dict[Any, int] = {}  # async sampling: request ref -> worker index
@@ -54,7 +64,7 @@ class WorkerSet:
         import ray
 
         self._ray_owned = init_ray(self.cfg.rollout.ray)
-        self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(RolloutWorker)
+        self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(self.worker_cls)
         for i in range(1, self.num_workers + 1):
             self._remote[i] = self._make_actor(i)
         self._wait_placed()
@@ -197,10 +207,13 @@ class WorkerSet:
     def _add(self, eps: EpisodeStats) -> None:
         self._episodes.returns.extend(eps.returns)
         self._episodes.lengths.extend(eps.lengths)
+        assert self._episodes.policy_returns is not None
+        for pid, returns in (eps.policy_returns or {}).items():
+            self._episodes.policy_returns.setdefault(pid, []).extend(returns)
 
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed (on any worker) since the last call."""
-        out, self._episodes = self._episodes, EpisodeStats([], [])
+        out, self._episodes = self._episodes, EpisodeStats([], [], {})
         return out
 
     # ------------------------------------------------------------------ weights

@@ -46,14 +46,36 @@ class PolicyFactory:
         spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed)
         return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
 
+    def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
+        """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
+        policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
+        from rlrun.multi_agent import policy_sections
+        from rlrun.registry import HEURISTICS
+
+        c = self.cfg
+        load_plugins(c.plugins, search_dirs=[self.launch_dir])
+        algo = get_algorithm(c.algo.name)
+        out: PolicyMap = {}
+        for i, (pid, pc) in enumerate(c.multiagent.policies.items()):
+            obs_space, action_space = spaces[pid]
+            seed = c.seed + 7919 * i  # each policy its own initial weights and action noise
+            if pc.heuristic is not None:
+                out[pid] = HEURISTICS.get(pc.heuristic)(pid, obs_space, action_space, seed, **pc.heuristic_kwargs)
+                continue
+            pcfg = policy_sections(c, pid)
+            spec = PolicySpec(obs_space, action_space, pcfg.algo, pcfg.loss, pcfg.model, seed)
+            out[pid] = Policy(spec, algo, LOSSES.get(pcfg.loss.name, "loss.name"), pid)
+        return out
+
 
 def make_policy_factory(cfg: RunConfig, launch_dir: str | Path | None = None) -> PolicyFactory:
     return PolicyFactory(cfg, str(Path(launch_dir or os.getcwd()).resolve()))
 
 
 class EpisodeStats(NamedTuple):
-    returns: list[float]
+    returns: list[float]  # per finished episode (multi-agent: summed over its agents)
     lengths: list[int]
+    policy_returns: dict[str, list[float]] | None = None  # multi-agent: policy id -> its agents' episode returns
 
 
 @dataclass

@@ -1,0 +1,217 @@
+"""MultiAgentRolloutWorker: ``num_envs_per_worker`` copies of a multi-agent env, one policy map.
+
+Each policy owns a set of *slots*, one per (env copy, agent mapped to it), and a time-major buffer
+``[T, slots]`` exactly like a single-agent worker's ``[T, sub-envs]``. Every vector step does one
+forward pass per policy over all its slots (agents that are not acting just keep their last
+observation and their row is marked invalid), then steps every copy with its agents' actions.
+After an agent's episode ends its slot keeps the final observation, so the value of the slot's next
+(invalid) row is the bootstrap value a truncated agent needs - the single-agent autoreset rule. An
+env copy whose episode ended is reset one step later (that step's rows are all invalid), for the
+same reason. GAE and the other postprocessing then run per policy on its own fragment, and each
+agent's trajectory is one column of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlrun.batch import MultiAgentBatch, SampleBatch
+from rlrun.multi_agent import make_multi_agent_env, policy_spaces
+from rlrun.plugins import load_plugins
+from rlrun.workers import VALID, EpisodeStats, WorkerSpec, flatten_fragment
+
+SB = SampleBatch
+
+
+class MultiAgentRolloutWorker:
+    """Samples fragments of ``rollout_fragment_length`` env steps per env copy; returns MultiAgentBatch."""
+
+    def __init__(self, spec: WorkerSpec, policy_factory: Any) -> None:
+        self.spec = spec
+        if spec.plugins or spec.worker_index > 0:
+            load_plugins(list(spec.plugins), search_dirs=[spec.launch_dir] if spec.launch_dir else [])
+        cfg = policy_factory.cfg
+        r = spec.rollout
+        self.num_envs = int(r.num_envs_per_worker)
+        self.fragment_length = int(r.rollout_fragment_length)
+        self.envs = [make_multi_agent_env(spec.env.id, spec.env.kwargs) for _ in range(self.num_envs)]
+        self.agent_policy, self.adapters, spaces = policy_spaces(cfg, self.envs[0])
+        self.policy_map = policy_factory.multi_agent(spaces)
+        if spec.worker_index > 0:
+            torch.set_num_threads(1)
+            for policy in self.policy_map.values():
+                policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
+                policy.np_rng = np.random.default_rng(spec.seed + 1000 * spec.worker_index)
+        # slots: per policy, the (copy, agent) pairs it acts for, in a fixed order
+        self.slots: dict[str, list[tuple[int, str]]] = {pid: [] for pid in self.policy_map}
+        for c in range(self.num_envs):
+            for agent in self.envs[0].possible_agents:
+                self.slots[self.agent_policy[agent]].append((c, agent))
+        self.slot_of = {pid: {ca: j for j, ca in enumerate(s)} for pid, s in self.slots.items()}
+        agents = self.envs[0].possible_agents
+        self._slot_copy = {pid: np.array([c for c, _ in s], np.int64) for pid, s in self.slots.items()}
+        self._slot_agent = {pid: np.array([agents.index(a) for _, a in s], np.int64) for pid, s in self.slots.items()}
+        self._copy_slots = {pid: [np.flatnonzero(self._slot_copy[pid] == c) for c in range(self.num_envs)]
+                            for pid in self.slots}
+        self.obs = {pid: np.zeros((len(s), *spaces[pid][0].shape), np.float32) for pid, s in self.slots.items()}
+        self.active = {pid: np.zeros(len(s), bool) for pid, s in self.slots.items()}
+        self.spaces = spaces
+        self._box = {pid: hasattr(sp[1], "low") and sp[1].shape != () for pid, sp in spaces.items()}
+        base = spec.seed + 1000 * spec.worker_index
+        self._reset_count = 0
+        self._seed_base = base
+        for c in range(self.num_envs):
+            self._reset(c, seed=base + c)
+        self._pending_reset = np.zeros(self.num_envs, bool)
+        self._ep_return = np.zeros(self.num_envs, np.float64)  # summed over agents
+        self._ep_len = np.zeros(self.num_envs, np.int64)
+        self._agent_return: dict[tuple[int, str], float] = {}
+        self._id_base = spec.worker_index << 40
+        self._eps_id = self._id_base + np.arange(self.num_envs, dtype=np.int64)
+        self._next_eps = self.num_envs
+        self._episodes = EpisodeStats([], [], {})
+        self.env_steps_sampled = 0
+
+    def _reset(self, c: int, seed: int | None = None) -> None:
+        obs, _ = self.envs[c].reset(seed=seed)
+        for pid in self.policy_map:
+            self.active[pid][self._copy_slots[pid][c]] = False
+        for agent, o in obs.items():
+            pid = self.agent_policy[agent]
+            j = self.slot_of[pid][(c, agent)]
+            self.obs[pid][j] = self.adapters[agent](o)
+            self.active[pid][j] = True
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self) -> MultiAgentBatch:
+        pids = list(self.policy_map)
+        learners = [pid for pid in pids if getattr(self.policy_map[pid], "learns", True)]
+        target = self.fragment_length * self.num_envs
+        bufs: dict[str, dict[str, list[np.ndarray]]] = {pid: {} for pid in learners}
+        env_steps = 0
+        agent_steps = 0
+        while env_steps < target:
+            outs = {pid: self.policy_map[pid].compute_actions(self.obs[pid]) for pid in pids}
+            valid = {pid: self.active[pid].copy() for pid in pids}
+            for pending in np.flatnonzero(self._pending_reset):
+                for pid in pids:
+                    valid[pid][self._copy_slots[pid][pending]] = False
+            rew = {pid: np.zeros(len(self.slots[pid]), np.float32) for pid in pids}
+            term = {pid: np.zeros(len(self.slots[pid]), bool) for pid in pids}
+            trunc = {pid: np.zeros(len(self.slots[pid]), bool) for pid in pids}
+            obs_before = {pid: self.obs[pid].copy() for pid in learners}
+            eps_before = self._eps_id.copy()
+            for c in range(self.num_envs):
+                if self._pending_reset[c]:
+                    self._pending_reset[c] = False
+                    self._reset(c)
+                    continue
+                env = self.envs[c]
+                actions = {}
+                for agent in env.agents:
+                    pid = self.agent_policy[agent]
+                    a = outs[pid].actions[self.slot_of[pid][(c, agent)]]
+                    actions[agent] = a if not self._box[pid] else np.clip(a, self.spaces[pid][1].low,
+                                                                          self.spaces[pid][1].high)
+                next_obs, rewards, terms, truncs, _ = env.step(actions)
+                env_steps += 1
+                for agent, rw in rewards.items():
+                    pid = self.agent_policy[agent]
+                    j = self.slot_of[pid][(c, agent)]
+                    rew[pid][j] = rw
+                    self._ep_return[c] += rw
+                    self._agent_return[(c, agent)] = self._agent_return.get((c, agent), 0.0) + float(rw)
+                for agent, o in next_obs.items():
+                    pid = self.agent_policy[agent]
+                    self.obs[pid][self.slot_of[pid][(c, agent)]] = self.adapters[agent](o)
+                for agent in set(terms) | set(truncs):
+                    pid = self.agent_policy[agent]
+                    j = self.slot_of[pid][(c, agent)]
+                    term[pid][j] = bool(terms.get(agent, False))
+                    trunc[pid][j] = bool(truncs.get(agent, False)) and not term[pid][j]
+                for pid in pids:  # who acts next step: the env's agents
+                    self.active[pid][self._copy_slots[pid][c]] = False
+                for agent in env.agents:
+                    pid = self.agent_policy[agent]
+                    self.active[pid][self.slot_of[pid][(c, agent)]] = True
+                # an agent that left without a done flag ends its trajectory as truncated
+                for pid in pids:
+                    js = self._copy_slots[pid][c]
+                    trunc[pid][js] |= valid[pid][js] & ~self.active[pid][js] & ~term[pid][js]
+                self._ep_len[c] += 1
+                if not env.agents:
+                    self._end_episode(c)
+            for pid in learners:
+                out, b = outs[pid], bufs[pid]
+                agent_steps += int(valid[pid].sum())
+                for key, value in ((SB.OBS, obs_before[pid]), (SB.ACTIONS, out.actions), (SB.REWARDS, rew[pid]),
+                                   (SB.TERMINATEDS, term[pid]), (SB.TRUNCATEDS, trunc[pid]),
+                                   (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
+                                   (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, valid[pid])):
+                    b.setdefault(key, []).append(np.asarray(value))
+                # one trajectory id per (episode, agent)
+                b.setdefault(SB.EPS_ID, []).append(eps_before[self._slot_copy[pid]] * 1024 + self._slot_agent[pid])
+            for pid in pids:
+                if pid not in learners:
+                    agent_steps += int(valid[pid].sum())
+        batches = {}
+        for pid in learners:
+            policy = self.policy_map[pid]
+            frag = SampleBatch({k: np.stack(v) for k, v in bufs[pid].items()})
+            if policy.needs_next_obs:
+                frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[pid][None]], axis=0)
+            frag = policy.postprocess_trajectory(frag, policy.compute_values(self.obs[pid]))
+            batches[pid] = flatten_fragment(frag)
+        self.env_steps_sampled += env_steps
+        return MultiAgentBatch(batches, env_steps)
+
+    def _end_episode(self, c: int) -> None:
+        self._episodes.returns.append(float(self._ep_return[c]))
+        self._episodes.lengths.append(int(self._ep_len[c]))
+        for agent in self.envs[0].possible_agents:
+            if (c, agent) in self._agent_return:
+                pid = self.agent_policy[agent]
+                per_policy = self._episodes.policy_returns
+                assert per_policy is not None
+                per_policy.setdefault(pid, []).append(self._agent_return.pop((c, agent)))
+        self._ep_return[c] = 0.0
+        self._ep_len[c] = 0
+        self._eps_id[c] = self._id_base + self._next_eps
+        self._next_eps += 1
+        self._pending_reset[c] = True
+
+    def sample_with_metrics(self) -> tuple[MultiAgentBatch, EpisodeStats]:
+        return self.sample(), self.get_metrics()
+
+    def get_pid(self) -> int:
+        return os.getpid()
+
+    def get_metrics(self) -> EpisodeStats:
+        out, self._episodes = self._episodes, EpisodeStats([], [], {})
+        return out
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
+        for pid, w in weights.items():
+            policy = self.policy_map[pid]
+            policy.set_weights(w)
+            if global_timestep is not None:
+                policy.global_timestep = global_timestep
+
+    def stop(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentRolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, "
+                f"copies={self.num_envs})")
+
+
+WorkerFactory = Callable[[WorkerSpec, Any], Any]
