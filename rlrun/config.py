@@ -136,8 +136,9 @@ class MultiAgentConfig:
     """Several policies, each acting for the agents mapped to it (empty ``policies``: single-agent)."""
 
     policies: dict[str, PolicyConfig] = field(default_factory=dict)
-    # agent id pattern (fnmatch: *, ?, [02]) -> policy id; the first matching pattern wins
-    policy_mapping: dict[str, str] = field(default_factory=dict)
+    # policy id -> agent id patterns (fnmatch: *, ?, [02]); patterns are tried in the order written
+    # (policy by policy) and the first match wins
+    policy_mapping: dict[str, list[str]] = field(default_factory=dict)
     policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
     policies_to_train: list[str] | None = None  # None: every learned policy
     count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts

@@ -29,7 +29,8 @@ SB = SampleBatch
 
 
 class MultiAgentRolloutWorker:
-    """Samples fragments of ``rollout_fragment_length`` env steps per env copy; returns MultiAgentBatch."""
+    """Samples fragments of ``rollout_fragment_length`` env steps (or agent steps, with
+    ``multiagent.count_steps_by: agent_steps``) per env copy; returns a MultiAgentBatch."""
 
     def __init__(self, spec: WorkerSpec, policy_factory: Any) -> None:
         self.spec = spec
@@ -38,7 +39,8 @@ class MultiAgentRolloutWorker:
         cfg = policy_factory.cfg
         r = spec.rollout
         self.num_envs = int(r.num_envs_per_worker)
-        self.fragment_length = int(r.rollout_fragment_length)
+        self.fragment_length = int(r.rollout_fragment_length)  # env steps or agent steps per copy
+        self._count_agent_steps = cfg.multiagent.count_steps_by == "agent_steps"
         self.envs = [make_multi_agent_env(spec.env.id, spec.env.kwargs) for _ in range(self.num_envs)]
         self.agent_policy, self.adapters, spaces = policy_spaces(cfg, self.envs[0])
         self.policy_map = policy_factory.multi_agent(spaces)
@@ -95,7 +97,8 @@ class MultiAgentRolloutWorker:
         bufs: dict[str, dict[str, list[np.ndarray]]] = {pid: {} for pid in learners}
         env_steps = 0
         agent_steps = 0
-        while env_steps < target:
+        by_agents = self._count_agent_steps
+        while (agent_steps if by_agents else env_steps) < target:
             outs = {pid: self.policy_map[pid].compute_actions(self.obs[pid]) for pid in pids}
             valid = {pid: self.active[pid].copy() for pid in pids}
             for pending in np.flatnonzero(self._pending_reset):

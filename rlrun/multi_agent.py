@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.config import ConfigError, RunConfig, from_dict
-from rlrun.errors import PluginError
+from rlrun.errors import PluginError, suggest
 from rlrun.registry import ALGOS, ENVS, HEURISTICS, LOSSES, MODELS, POLICY_MAPPINGS, RegistryError
 
 PETTINGZOO = "pettingzoo:"
@@ -274,9 +274,15 @@ def check_multi_agent_config(cfg: RunConfig) -> None:
             raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
         else:
             policy_sections(cfg, pid)
-    for pattern, pid in ma.policy_mapping.items():
+    for pid in ma.policies_to_train or []:
         if pid not in ma.policies:
-            raise ConfigError(f"multiagent.policy_mapping.{pattern}: unknown policy '{pid}'; "
+            raise ConfigError(f"multiagent.policies_to_train: unknown policy '{pid}'; policies: {', '.join(ids)}")
+        if ma.policies[pid].heuristic is not None:
+            raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a heuristic "
+                              f"({ma.policies[pid].heuristic}) and cannot be trained")
+    for pid in ma.policy_mapping:
+        if pid not in ma.policies:
+            raise ConfigError(f"multiagent.policy_mapping.{pid}: unknown policy '{pid}'{suggest(pid, ids)}; "
                               f"policies: {', '.join(ids)}")
     if ma.policy_mapping and ma.policy_mapping_fn:
         raise ConfigError("multiagent.policy_mapping_fn: set together with multiagent.policy_mapping; use one")
@@ -287,13 +293,7 @@ def check_multi_agent_config(cfg: RunConfig) -> None:
             raise ConfigError(str(e)) from None
     if not ma.policy_mapping and ma.policy_mapping_fn is None and len(ids) > 1:
         raise ConfigError(f"multiagent.policy_mapping: {len(ids)} policies ({', '.join(ids)}) but no mapping; "
-                          "map agent id patterns to them, e.g. {'agent_[02]': p0, '*': p1}")
-    for pid in ma.policies_to_train or []:
-        if pid not in ma.policies:
-            raise ConfigError(f"multiagent.policies_to_train: unknown policy '{pid}'; policies: {', '.join(ids)}")
-        if ma.policies[pid].heuristic is not None:
-            raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a heuristic "
-                              f"({ma.policies[pid].heuristic}) and cannot be trained")
+                          f"give each its agent id patterns, e.g. {{{ids[0]}: ['agent_[02]'], {ids[1]}: ['*']}}")
     if cfg.evaluation.interval:
         raise ConfigError("evaluation.interval: greedy evaluation of multi-agent runs is not built yet; "
                           "set evaluation.interval=0 (rollout/<policy>/* report every policy)")
@@ -307,13 +307,14 @@ def agent_to_policy(cfg: RunConfig, agent: str) -> str:
             raise ConfigError(f"multiagent.policy_mapping_fn: '{ma.policy_mapping_fn}' mapped agent '{agent}' to "
                               f"unknown policy '{pid}'; policies: {', '.join(ma.policies)}")
         return pid
-    for pattern, pid in ma.policy_mapping.items():
-        if fnmatch.fnmatchcase(agent, pattern):
+    for pid, patterns in ma.policy_mapping.items():
+        if any(fnmatch.fnmatchcase(agent, pattern) for pattern in patterns):
             return pid
     if not ma.policy_mapping and len(ma.policies) == 1:
         return next(iter(ma.policies))
-    raise ConfigError(f"multiagent.policy_mapping: no pattern covers agent '{agent}' "
-                      f"(patterns: {', '.join(ma.policy_mapping) or 'none'}); add one, e.g. '*': <policy>")
+    written = ", ".join(f"{pid}: {pats}" for pid, pats in ma.policy_mapping.items()) or "none"
+    raise ConfigError(f"multiagent.policy_mapping: no pattern covers agent '{agent}' ({written}); add one, "
+                      "e.g. '*' to the last policy")
 
 
 def policy_spaces(cfg: RunConfig, env: Any) -> tuple[dict[str, str], dict[str, ObsAdapter], dict[str, tuple]]:
