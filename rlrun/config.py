@@ -17,6 +17,7 @@ from rlrun.domains import check_domains, check_memory
 from rlrun.errors import suggest
 from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
+from rlrun.multi_agent_config import check_multi_agent_config
 from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
@@ -243,8 +244,6 @@ def check_config(cfg: RunConfig) -> RunConfig:
     check_domains(cfg)
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
-    from rlrun.multi_agent import check_multi_agent_config
-
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
                   _check_plugin_rules, check_multi_agent_config):
         check(cfg)

@@ -14,7 +14,7 @@ agent's trajectory is one column of it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,10 @@ class MultiAgentRolloutWorker:
         self._slot_agent = {pid: np.array([agents.index(a) for _, a in s], np.int64) for pid, s in self.slots.items()}
         self._copy_slots = {pid: [np.flatnonzero(self._slot_copy[pid] == c) for c in range(self.num_envs)]
                             for pid in self.slots}
+        self._slots_of_copy = [[(pid, self._copy_slots[pid][c]) for pid in self.slots if len(self._copy_slots[pid][c])]
+                               for c in range(self.num_envs)]
+        self._where = [{a: (self.agent_policy[a], self.slot_of[self.agent_policy[a]][(c, a)]) for a in agents}
+                       for c in range(self.num_envs)]  # per copy: agent -> (policy, slot)
         self.obs = {pid: np.zeros((len(s), *spaces[pid][0].shape), np.float32) for pid, s in self.slots.items()}
         self.active = {pid: np.zeros(len(s), bool) for pid, s in self.slots.items()}
         self.spaces = spaces
@@ -95,83 +99,80 @@ class MultiAgentRolloutWorker:
         learners = [pid for pid in pids if getattr(self.policy_map[pid], "learns", True)]
         target = self.fragment_length * self.num_envs
         bufs: dict[str, dict[str, list[np.ndarray]]] = {pid: {} for pid in learners}
-        env_steps = 0
-        agent_steps = 0
-        by_agents = self._count_agent_steps
-        while (agent_steps if by_agents else env_steps) < target:
+        env_steps = agent_steps = 0
+        while (agent_steps if self._count_agent_steps else env_steps) < target:
             outs = {pid: self.policy_map[pid].compute_actions(self.obs[pid]) for pid in pids}
-            valid = {pid: self.active[pid].copy() for pid in pids}
+            step = _Step(self.active, self.slots)
             for pending in np.flatnonzero(self._pending_reset):
                 for pid in pids:
-                    valid[pid][self._copy_slots[pid][pending]] = False
-            rew = {pid: np.zeros(len(self.slots[pid]), np.float32) for pid in pids}
-            term = {pid: np.zeros(len(self.slots[pid]), bool) for pid in pids}
-            trunc = {pid: np.zeros(len(self.slots[pid]), bool) for pid in pids}
+                    step.valid[pid][self._copy_slots[pid][pending]] = False
             obs_before = {pid: self.obs[pid].copy() for pid in learners}
             eps_before = self._eps_id.copy()
             for c in range(self.num_envs):
-                if self._pending_reset[c]:
-                    self._pending_reset[c] = False
-                    self._reset(c)
-                    continue
-                env = self.envs[c]
-                actions = {}
-                for agent in env.agents:
-                    pid = self.agent_policy[agent]
-                    a = outs[pid].actions[self.slot_of[pid][(c, agent)]]
-                    actions[agent] = a if not self._box[pid] else np.clip(a, self.spaces[pid][1].low,
-                                                                          self.spaces[pid][1].high)
-                next_obs, rewards, terms, truncs, _ = env.step(actions)
-                env_steps += 1
-                for agent, rw in rewards.items():
-                    pid = self.agent_policy[agent]
-                    j = self.slot_of[pid][(c, agent)]
-                    rew[pid][j] = rw
-                    self._ep_return[c] += rw
-                    self._agent_return[(c, agent)] = self._agent_return.get((c, agent), 0.0) + float(rw)
-                for agent, o in next_obs.items():
-                    pid = self.agent_policy[agent]
-                    self.obs[pid][self.slot_of[pid][(c, agent)]] = self.adapters[agent](o)
-                for agent in set(terms) | set(truncs):
-                    pid = self.agent_policy[agent]
-                    j = self.slot_of[pid][(c, agent)]
-                    term[pid][j] = bool(terms.get(agent, False))
-                    trunc[pid][j] = bool(truncs.get(agent, False)) and not term[pid][j]
-                for pid in pids:  # who acts next step: the env's agents
-                    self.active[pid][self._copy_slots[pid][c]] = False
-                for agent in env.agents:
-                    pid = self.agent_policy[agent]
-                    self.active[pid][self.slot_of[pid][(c, agent)]] = True
-                # an agent that left without a done flag ends its trajectory as truncated
-                for pid in pids:
-                    js = self._copy_slots[pid][c]
-                    trunc[pid][js] |= valid[pid][js] & ~self.active[pid][js] & ~term[pid][js]
-                self._ep_len[c] += 1
-                if not env.agents:
-                    self._end_episode(c)
+                env_steps += self._step_copy(c, outs, step)
+            agent_steps += sum(int(v.sum()) for v in step.valid.values())
             for pid in learners:
-                out, b = outs[pid], bufs[pid]
-                agent_steps += int(valid[pid].sum())
-                for key, value in ((SB.OBS, obs_before[pid]), (SB.ACTIONS, out.actions), (SB.REWARDS, rew[pid]),
-                                   (SB.TERMINATEDS, term[pid]), (SB.TRUNCATEDS, trunc[pid]),
-                                   (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
-                                   (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, valid[pid])):
-                    b.setdefault(key, []).append(np.asarray(value))
-                # one trajectory id per (episode, agent)
-                b.setdefault(SB.EPS_ID, []).append(eps_before[self._slot_copy[pid]] * 1024 + self._slot_agent[pid])
-            for pid in pids:
-                if pid not in learners:
-                    agent_steps += int(valid[pid].sum())
-        batches = {}
-        for pid in learners:
-            policy = self.policy_map[pid]
-            frag = SampleBatch({k: np.stack(v) for k, v in bufs[pid].items()})
-            if policy.needs_next_obs:
-                frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[pid][None]], axis=0)
-            frag = policy.postprocess_trajectory(frag, policy.compute_values(self.obs[pid]))
-            batches[pid] = flatten_fragment(frag)
+                self._record(bufs[pid], pid, outs[pid], step, obs_before[pid], eps_before)
+        batches = {pid: self._postprocess(pid, bufs[pid]) for pid in learners}
         self.env_steps_sampled += env_steps
         return MultiAgentBatch(batches, env_steps)
+
+    def _step_copy(self, c: int, outs: Mapping[str, Any], step: _Step) -> int:
+        """Step env copy ``c`` with its agents' actions (or reset it a step after its episode ended);
+        fills ``step`` and the slots' next observations; returns the env steps taken (0 or 1)."""
+        if self._pending_reset[c]:
+            self._pending_reset[c] = False
+            self._reset(c)
+            return 0
+        env, where = self.envs[c], self._where[c]
+        actions = {}
+        for agent in env.agents:
+            pid, j = where[agent]
+            a = outs[pid].actions[j]
+            actions[agent] = np.clip(a, self.spaces[pid][1].low, self.spaces[pid][1].high) if self._box[pid] else a
+        next_obs, rewards, terms, truncs, _ = env.step(actions)
+        for agent, rw in rewards.items():
+            pid, j = where[agent]
+            step.rew[pid][j] = rw
+            self._ep_return[c] += rw
+            self._agent_return[(c, agent)] = self._agent_return.get((c, agent), 0.0) + float(rw)
+        for agent, o in next_obs.items():
+            pid, j = where[agent]
+            self.obs[pid][j] = self.adapters[agent](o)
+        for agent in set(terms) | set(truncs):
+            pid, j = where[agent]
+            step.term[pid][j] = bool(terms.get(agent, False))
+            step.trunc[pid][j] = bool(truncs.get(agent, False)) and not step.term[pid][j]
+        for pid, js in self._slots_of_copy[c]:  # who acts next step: the env's agents
+            self.active[pid][js] = False
+        for agent in env.agents:
+            pid, j = where[agent]
+            self.active[pid][j] = True
+        for pid, js in self._slots_of_copy[c]:  # an agent that left without a done flag: truncated
+            step.trunc[pid][js] |= step.valid[pid][js] & ~self.active[pid][js] & ~step.term[pid][js]
+        self._ep_len[c] += 1
+        if not env.agents:
+            self._end_episode(c)
+        return 1
+
+    def _record(self, b: dict[str, list[np.ndarray]], pid: str, out: Any, step: _Step, obs: np.ndarray,
+                eps_before: np.ndarray) -> None:
+        for key, value in ((SB.OBS, obs), (SB.ACTIONS, out.actions), (SB.REWARDS, step.rew[pid]),
+                           (SB.TERMINATEDS, step.term[pid]), (SB.TRUNCATEDS, step.trunc[pid]),
+                           (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
+                           (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, step.valid[pid])):
+            b.setdefault(key, []).append(np.asarray(value))
+        # one trajectory id per (episode, agent)
+        b.setdefault(SB.EPS_ID, []).append(eps_before[self._slot_copy[pid]] * 1024 + self._slot_agent[pid])
+
+    def _postprocess(self, pid: str, buf: dict[str, list[np.ndarray]]) -> SampleBatch:
+        """The policy's time-major fragment ``[T, slots]`` -> postprocessed flat batch of valid rows."""
+        policy = self.policy_map[pid]
+        frag = SampleBatch({k: np.stack(v) for k, v in buf.items()})
+        if policy.needs_next_obs:
+            frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[pid][None]], axis=0)
+        frag = policy.postprocess_trajectory(frag, policy.compute_values(self.obs[pid]))
+        return flatten_fragment(frag)
 
     def _end_episode(self, c: int) -> None:
         self._episodes.returns.append(float(self._ep_return[c]))
@@ -217,4 +218,12 @@ class MultiAgentRolloutWorker:
                 f"copies={self.num_envs})")
 
 
-WorkerFactory = Callable[[WorkerSpec, Any], Any]
+
+class _Step:
+    """One vector step's per-slot columns, per policy: valid (the agent acted), reward, ends."""
+
+    def __init__(self, active: Mapping[str, np.ndarray], slots: Mapping[str, list[Any]]) -> None:
+        self.valid = {pid: a.copy() for pid, a in active.items()}
+        self.rew = {pid: np.zeros(len(s), np.float32) for pid, s in slots.items()}
+        self.term = {pid: np.zeros(len(s), bool) for pid, s in slots.items()}
+        self.trunc = {pid: np.zeros(len(s), bool) for pid, s in slots.items()}

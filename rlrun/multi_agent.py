@@ -22,25 +22,17 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from rlrun.config import ConfigError, RunConfig, from_dict
-from rlrun.errors import PluginError, suggest
-from rlrun.registry import ALGOS, ENVS, HEURISTICS, LOSSES, MODELS, POLICY_MAPPINGS, RegistryError
-
-PETTINGZOO = "pettingzoo:"
-
-
-def is_multi_agent(cfg: RunConfig) -> bool:
-    return bool(cfg.multiagent.policies)
-
-
-def is_multi_agent_env(env_id: str) -> bool:
-    return env_id.startswith(PETTINGZOO) or (env_id in ENVS and bool(ENVS.entry(env_id).info.get("multi_agent")))
+from rlrun.config import ConfigError, RunConfig
+from rlrun.errors import PluginError
+from rlrun.multi_agent_config import (
+    PETTINGZOO,
+)
+from rlrun.registry import ENVS, HEURISTICS, POLICY_MAPPINGS, RegistryError
 
 
 # --------------------------------------------------------------------------- envs
@@ -216,89 +208,7 @@ class AlwaysSamePolicy(HeuristicPolicy):
         return np.repeat(self.action[None], len(obs), axis=0)
 
 
-# --------------------------------------------------------------------------- config -> policies
-def learned_policies(cfg: RunConfig) -> list[str]:
-    return [pid for pid, p in cfg.multiagent.policies.items() if p.heuristic is None]
-
-
-def policies_to_train(cfg: RunConfig) -> list[str]:
-    ma = cfg.multiagent
-    return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
-
-
-def policy_sections(cfg: RunConfig, policy_id: str) -> RunConfig:
-    """The run's config with this policy's algo/loss/model keys applied (checked like the top level)."""
-    p = cfg.multiagent.policies[policy_id]
-    where = f"multiagent.policies.{policy_id}"
-    out = cfg
-    for key, registry, section, changes in (("algo", ALGOS, cfg.algo, p.algo), ("loss", LOSSES, cfg.loss, p.loss),
-                                            ("model", MODELS, cfg.model, p.model)):
-        if not changes:
-            continue
-        if "name" in changes and changes["name"] != section.name:
-            raise ConfigError(f"{where}.{key}.name: a policy changes {key} keys, not the {key} itself "
-                              f"('{changes['name']}' vs the run's '{section.name}')")
-        from dataclasses import asdict
-
-        cls = registry.entry(section.name).config_cls or type(section)
-        merged = from_dict(cls, {**asdict(section), **changes}, f"{where}.{key}")
-        out = replace(out, **{key: merged})
-    return out
-
-
-def check_multi_agent_config(cfg: RunConfig) -> None:
-    """Checks that need no env: policy ids in the mapping, heuristics, policies_to_train, step counting."""
-    ma = cfg.multiagent
-    if not ma.policies:
-        for key, value in (("policy_mapping", ma.policy_mapping), ("policy_mapping_fn", ma.policy_mapping_fn),
-                           ("policies_to_train", ma.policies_to_train)):
-            if value:
-                raise ConfigError(f"multiagent.{key}: set, but multiagent.policies is empty (a single-agent run)")
-        if is_multi_agent_env(cfg.env.id):
-            raise ConfigError(f"env.id: '{cfg.env.id}' is a multi-agent env; declare multiagent.policies "
-                              "(and policy_mapping), e.g. +experiment=ppo_multi_cartpole")
-        return
-    ids = list(ma.policies)
-    if not is_multi_agent_env(cfg.env.id):
-        raise ConfigError(f"env.id: '{cfg.env.id}' is a single-agent env but multiagent.policies is set; use a "
-                          f"multi-agent env (registered with multi_agent=True, or pettingzoo:<module>)")
-    for pid, p in ma.policies.items():
-        if p.heuristic is not None:
-            try:
-                HEURISTICS.entry(p.heuristic, f"multiagent.policies.{pid}.heuristic")
-            except RegistryError as e:
-                raise ConfigError(str(e)) from None
-            if p.algo or p.loss or p.model:
-                raise ConfigError(f"multiagent.policies.{pid}: a heuristic policy has no algo/loss/model keys")
-        elif p.heuristic_kwargs:
-            raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
-        else:
-            policy_sections(cfg, pid)
-    for pid in ma.policies_to_train or []:
-        if pid not in ma.policies:
-            raise ConfigError(f"multiagent.policies_to_train: unknown policy '{pid}'; policies: {', '.join(ids)}")
-        if ma.policies[pid].heuristic is not None:
-            raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a heuristic "
-                              f"({ma.policies[pid].heuristic}) and cannot be trained")
-    for pid in ma.policy_mapping:
-        if pid not in ma.policies:
-            raise ConfigError(f"multiagent.policy_mapping.{pid}: unknown policy '{pid}'{suggest(pid, ids)}; "
-                              f"policies: {', '.join(ids)}")
-    if ma.policy_mapping and ma.policy_mapping_fn:
-        raise ConfigError("multiagent.policy_mapping_fn: set together with multiagent.policy_mapping; use one")
-    if ma.policy_mapping_fn is not None:
-        try:
-            POLICY_MAPPINGS.entry(ma.policy_mapping_fn, "multiagent.policy_mapping_fn")
-        except RegistryError as e:
-            raise ConfigError(str(e)) from None
-    if not ma.policy_mapping and ma.policy_mapping_fn is None and len(ids) > 1:
-        raise ConfigError(f"multiagent.policy_mapping: {len(ids)} policies ({', '.join(ids)}) but no mapping; "
-                          f"give each its agent id patterns, e.g. {{{ids[0]}: ['agent_[02]'], {ids[1]}: ['*']}}")
-    if cfg.evaluation.interval:
-        raise ConfigError("evaluation.interval: greedy evaluation of multi-agent runs is not built yet; "
-                          "set evaluation.interval=0 (rollout/<policy>/* report every policy)")
-
-
+# --------------------------------------------------------------------------- agents -> policies
 def agent_to_policy(cfg: RunConfig, agent: str) -> str:
     ma = cfg.multiagent
     if ma.policy_mapping_fn is not None:

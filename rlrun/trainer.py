@@ -26,7 +26,7 @@ from rlrun.config import RunConfig
 from rlrun.envs import make_vector_env
 from rlrun.evaluation import EvalResult, evaluate
 from rlrun.metrics import EPISODE_WINDOW, per_policy
-from rlrun.multi_agent import policies_to_train
+from rlrun.multi_agent_config import policies_to_train
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
 from rlrun.worker_set import WorkerSet
 from rlrun.workers import make_policy_factory

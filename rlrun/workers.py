@@ -49,7 +49,7 @@ class PolicyFactory:
     def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
         """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
         policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
-        from rlrun.multi_agent import policy_sections
+        from rlrun.multi_agent_config import policy_sections
         from rlrun.registry import HEURISTICS
 
         c = self.cfg
