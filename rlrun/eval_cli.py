@@ -98,10 +98,15 @@ def _scalar(value: str) -> Any:
     return value
 
 
-def make_render_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
-    """One env that renders ``rgb_array`` frames (a gymnasium id or a plain rlrun env entry)."""
+def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = False) -> Any:
+    """One env that renders ``rgb_array`` frames (a gymnasium id, a plain rlrun env entry, or a
+    multi-agent env that takes ``render_mode``)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen; no display needed
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    if multi_agent:
+        from rlrun.multi_agent import make_multi_agent_env
+
+        return make_multi_agent_env(env_id, {**kwargs, "render_mode": "rgb_array"})
     if env_id in ENVS:
         entry = ENVS.entry(env_id)
         if entry.info.get("vector", True):
@@ -152,16 +157,23 @@ def write_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
 def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     from rlrun.evaluation import evaluate
-    from rlrun.export import describe, load_policy
+    from rlrun.export import describe, load_policies
     from rlrun.tracking import default_tracking_uri
 
     with tempfile.TemporaryDirectory(prefix="rlrun-eval-") as tmp:
         uri = args.tracking_uri or default_tracking_uri(launch_dir)
         path = resolve_resume(args.checkpoint, launch_dir, uri, Path(tmp) / "download", key="checkpoint")
-        loaded = load_policy(path, launch_dir)
+        everyone = load_policies(path, launch_dir)
+        loaded = next(iter(everyone.values()))
+        policies = {pid: lp.policy for pid, lp in everyone.items()}
         cfg = loaded.cfg
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
-        res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed)
+        if cfg.multiagent.policies:
+            from rlrun.ma_evaluation import evaluate_multi_agent
+
+            res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed)
+        else:
+            res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed)
         info = {**describe(loaded), "checkpoint": str(path), **res.metrics(), "returns": res.returns}
         print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "
               f"({info['timesteps_total']} env steps): greedy return over {len(res.returns)} episodes: "
@@ -172,10 +184,15 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
                                                launch_dir / "rlrun-eval" / path.name)
         out.mkdir(parents=True, exist_ok=True)
         if args.render:
-            env = make_render_env(cfg.env.id, cfg.env.kwargs)
+            env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies))
             try:
-                frames, video_returns = record_episodes(loaded.policy, env, args.render_episodes, args.seed,
-                                                        args.max_frames, args.frame_skip)
+                if cfg.multiagent.policies:
+                    frames: list[np.ndarray] = []
+                    video_returns = evaluate_multi_agent(policies, cfg, args.render_episodes, args.seed, env, frames,
+                                                         args.max_frames, args.frame_skip).returns
+                else:
+                    frames, video_returns = record_episodes(loaded.policy, env, args.render_episodes, args.seed,
+                                                            args.max_frames, args.frame_skip)
                 fps = float(env.metadata.get("render_fps") or 30) / args.frame_skip
             finally:
                 env.close()

@@ -19,16 +19,18 @@ EVAL_SEED_OFFSET = 10_000_019
 
 
 class EvalResult(NamedTuple):
-    returns: list[float]
+    returns: list[float]  # per episode (multi-agent: summed over its agents)
     lengths: list[int]
+    policy_returns: dict[str, list[float]] | None = None  # multi-agent: policy id -> its agents' returns
 
     def metrics(self) -> dict[str, float]:
         r = np.asarray(self.returns)
-        return {"eval/episode_return_mean": float(r.mean()), "eval/episode_return_min": float(r.min()),
-                "eval/episode_return_max": float(r.max()), "eval/episode_len_mean": float(np.mean(self.lengths)),
-                "eval/num_episodes": float(len(r))}
-
-
+        out = {"eval/episode_return_mean": float(r.mean()), "eval/episode_return_min": float(r.min()),
+               "eval/episode_return_max": float(r.max()), "eval/episode_len_mean": float(np.mean(self.lengths)),
+               "eval/num_episodes": float(len(r))}
+        for pid, returns in (self.policy_returns or {}).items():
+            out[f"eval/{pid}/episode_return_mean"] = float(np.mean(returns))
+        return out
 
 
 def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: int, seed: int,

@@ -37,8 +37,9 @@ class LoadedPolicy(NamedTuple):
     action_space: gym.Space
 
 
-def load_policy(path: str | Path, launch_dir: str | Path | None = None) -> LoadedPolicy:
-    """The (default) Policy stored in checkpoint directory ``path``, weights restored, ready to act."""
+def load_policies(path: str | Path, launch_dir: str | Path | None = None) -> dict[str, LoadedPolicy]:
+    """Every policy stored in checkpoint directory ``path`` (one, ``default_policy``, for a single-agent
+    run; a multi-agent run's learned policies and heuristics), weights restored, ready to act."""
     launch = str(Path(launch_dir or os.getcwd()).resolve())
     ckpt = load_checkpoint(path)
     load_plugins([str(p) for p in ckpt.config.get("plugins") or []], search_dirs=[launch])
@@ -46,15 +47,38 @@ def load_policy(path: str | Path, launch_dir: str | Path | None = None) -> Loade
         cfg = build_config(dict(ckpt.config))
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {path}: its config.yaml is not valid for this rlrun: {e}") from None
-    env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
-    obs_space, action_space = env.single_observation_space, env.single_action_space
-    env.close()
-    policy = PolicyFactory(cfg, launch)(obs_space, action_space)[DEFAULT_POLICY_ID]
-    try:
-        policy.set_state(ckpt.state["policies"][DEFAULT_POLICY_ID])
-    except (KeyError, RuntimeError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path}: policy weights do not fit the model in its config: {e}") from None
-    return LoadedPolicy(policy, cfg, ckpt, obs_space, action_space)
+    if cfg.multiagent.policies:
+        from rlrun.multi_agent import make_multi_agent_env, policy_spaces
+
+        ma_env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
+        spaces = policy_spaces(cfg, ma_env)[2]
+        ma_env.close()
+        policies = PolicyFactory(cfg, launch).multi_agent(spaces)
+    else:
+        env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
+        spaces = {DEFAULT_POLICY_ID: (env.single_observation_space, env.single_action_space)}
+        env.close()
+        policies = PolicyFactory(cfg, launch)(*spaces[DEFAULT_POLICY_ID])
+    out = {}
+    for pid, policy in policies.items():
+        try:
+            policy.set_state(ckpt.state["policies"][pid])
+        except (KeyError, RuntimeError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {path}: the weights of policy '{pid}' do not fit the model in its "
+                                  f"config: {e}") from None
+        out[pid] = LoadedPolicy(policy, cfg, ckpt, *spaces[pid])
+    return out
+
+
+def load_policy(path: str | Path, launch_dir: str | Path | None = None, policy_id: str | None = None) -> LoadedPolicy:
+    """One Policy stored in checkpoint directory ``path`` (default: ``default_policy``, or a
+    multi-agent run's first learned policy), weights restored, ready to act."""
+    loaded = load_policies(path, launch_dir)
+    if policy_id is None:
+        policy_id = next((pid for pid, lp in loaded.items() if isinstance(lp.policy, Policy)), DEFAULT_POLICY_ID)
+    if policy_id not in loaded:
+        raise CheckpointError(f"checkpoint {path}: no policy '{policy_id}' (it holds {', '.join(loaded)})")
+    return loaded[policy_id]
 
 
 class GreedyActor(nn.Module):
@@ -104,7 +128,20 @@ def warm_up() -> None:
 
 
 def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path, launch_dir: str | Path) -> str:
-    """Log the checkpoint's greedy policy to run ``run_id`` as MLflow model ``model``; returns its URI.
+    """Log the checkpoint's greedy policy to run ``run_id`` as MLflow model ``model``; a multi-agent
+    run's learned policies as ``model_<policy id>``, one each (heuristics have no weights to export).
+    Returns the URI of the (first) model."""
+    loaded = load_policies(checkpoint_dir, launch_dir)
+    learned = {pid: lp for pid, lp in loaded.items() if isinstance(lp.policy, Policy)}
+    uris = [_log_one_model(tracking_uri, run_id, lp, checkpoint_dir,
+                           MODEL_ARTIFACT if pid == DEFAULT_POLICY_ID else f"{MODEL_ARTIFACT}_{pid}", pid)
+            for pid, lp in learned.items()]
+    return uris[0]
+
+
+def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpoint_dir: str | Path, name: str,
+                   policy_id: str) -> str:
+    """Log one greedy policy as MLflow model ``name``; returns its URI.
 
     The actor is traced to TorchScript: loading it needs torch only (not rlrun or your plugins) and
     runs no pickled Python code. (MLflow's default "pt2" export would import torch._dynamo, ~3.5 s
@@ -117,7 +154,6 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path,
     import mlflow.pytorch
     from mlflow.models import Model, infer_signature
 
-    loaded = load_policy(checkpoint_dir, launch_dir)
     actor = greedy_actor(loaded)
     example = example_observations(loaded.obs_space)
     with torch.no_grad():
@@ -132,14 +168,14 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path,
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*TorchScript archive.*")
         Model.log(
-            artifact_path=None, name=MODEL_ARTIFACT, flavor=mlflow.pytorch, run_id=run_id,
+            artifact_path=None, name=name, flavor=mlflow.pytorch, run_id=run_id,
             pytorch_model=scripted, serialization_format="pickle",  # a ScriptModule: saved with torch.jit.save
             input_example=example, signature=infer_signature(example, out),
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
             metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.id,
-                      "rlrun.checkpoint": Path(checkpoint_dir).name},
+                      "rlrun.checkpoint": Path(checkpoint_dir).name, "rlrun.policy_id": policy_id},
         )
-    return f"runs:/{run_id}/{MODEL_ARTIFACT}"
+    return f"runs:/{run_id}/{name}"
 
 
 def describe(loaded: LoadedPolicy) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
         return sorted({*names, *learner})
     names.append("rollout/agent_steps_this_iter")
     names += [f"rollout/{pid}/{m}" for pid in policies for m in POLICY_ROLLOUT_METRICS]
+    names += [f"eval/{pid}/episode_return_mean" for pid in policies]
     names += [per_policy(m, pid) for pid in learned for m in learner]
     return sorted(set(names))
 

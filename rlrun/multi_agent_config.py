@@ -95,6 +95,3 @@ def check_multi_agent_config(cfg: Any) -> None:
     if not ma.policy_mapping and ma.policy_mapping_fn is None and len(ids) > 1:
         raise ConfigError(f"multiagent.policy_mapping: {len(ids)} policies ({', '.join(ids)}) but no mapping; "
                           f"give each its agent id patterns, e.g. {{{ids[0]}: ['agent_[02]'], {ids[1]}: ['*']}}")
-    if cfg.evaluation.interval:
-        raise ConfigError("evaluation.interval: greedy evaluation of multi-agent runs is not built yet; "
-                          "set evaluation.interval=0 (rollout/<policy>/* report every policy)")

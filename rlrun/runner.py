@@ -282,8 +282,7 @@ def _finish(ctx: _RunContext) -> None:
             ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
                                               ctx.metric_rows)
             ctx.checkpoint_written = True
-            # multi-agent runs: one MLflow model per policy is not built yet (the checkpoint holds every policy)
-            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model and not ctx.cfg.multiagent.policies:
+            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
             _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
     finally:

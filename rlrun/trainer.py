@@ -155,6 +155,10 @@ class Trainer:
     def evaluate(self) -> EvalResult:
         """Greedy episodes with the current policy on separate, reused envs."""
         ev = self.cfg.evaluation
+        if self.multi_agent:
+            from rlrun.ma_evaluation import evaluate_multi_agent
+
+            return evaluate_multi_agent(self.policies, self.cfg, ev.num_episodes, self.cfg.seed)
         if self._eval_env is None:
             n = max(1, min(ev.num_envs, ev.num_episodes))
             e = self.cfg.env

@@ -183,6 +183,32 @@ def test_ppo_multi_cartpole_both_policies_reach_475_and_resume(cli, tmp_path):
     finals = {line.split(":")[0].strip(): float(line.split("final ")[1].split(",")[0])
               for line in p.stdout.splitlines() if line.startswith("    p")}
     assert finals.keys() == {"p0", "p1"} and min(finals.values()) >= 475, finals
+    # one MLflow model per policy, each predicting valid actions
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    models = {m.name: m for m in client.search_logged_models([client.get_run(s["run_id"]).info.experiment_id])}
+    assert set(models) == {"model_p0", "model_p1"}, models
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for m in models.values():
+        actions = mlflow.pyfunc.load_model(m.model_uri).predict(np.random.default_rng(0).normal(size=(8, 4))
+                                                                .astype(np.float32))
+        assert set(np.asarray(actions).tolist()) <= {0, 1}
+    # rlrun-eval: every agent with its policy, greedy, and a GIF of the 4 poles in MLflow
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    e = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=4", "render=true",
+                        "render_episodes=1", "max_frames=60"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert e.returncode == 0, e.stderr[-3000:]
+    assert "greedy return over 4 episodes: mean" in e.stdout and "logged episode.gif" in e.stdout, e.stdout
+    mean = float(e.stdout.split("greedy return over 4 episodes: mean ")[1].split(",")[0])
+    assert mean >= 1900, e.stdout
     # resume: the same MLflow run goes on from the checkpoint (both policies restored)
     # (the restored episode window still meets the target, so one more iteration is run)
     p = cli("+experiment=ppo_multi_cartpole", "seed=0", "resume=latest")
@@ -218,3 +244,24 @@ def test_heuristic_policies_act_without_weights():
     assert set(rnd.compute_actions(np.zeros((300, 2), np.float32)).actions.tolist()) == {0, 1, 2}
     with pytest.raises(ConfigError, match="heuristic_kwargs.action: 5 is not in the action space"):
         AlwaysSamePolicy("z", spaces.Box(0, 1, (2,)), spaces.Discrete(3), action=5)
+
+
+MA_CARTPOLE = ["env.id=multi_cartpole", "+multiagent.policies.p0={}", "+multiagent.policies.p1={}",
+               "+multiagent.policy_mapping.p0=['agent_[02]']", "+multiagent.policy_mapping.p1=['*']",
+               "tracking=none", "progress=false"]
+
+
+@pytest.mark.parametrize("algo", ["appo", "dqn", "pg"])
+def test_other_algorithms_learn_per_policy_and_evaluate_greedily(algo, tmp_path):
+    # dqn: NEXT_OBS per agent slot and replay per policy; appo: the async learner path
+    extra = ["algo.learning_starts=0"] if algo == "dqn" else []
+    trainer = Trainer(compose([*MA_CARTPOLE, f"algo={algo}", "evaluation.num_episodes=2", *extra,
+                               f"output_dir={tmp_path}"]), tmp_path)
+    for _ in range(2):
+        result = trainer.train()
+    assert "train/p0/loss/total" in result and "train/p1/loss/total" in result, sorted(result)
+    ev = trainer.evaluate().metrics()
+    assert ev["eval/num_episodes"] == 2 and {"eval/p0/episode_return_mean", "eval/p1/episode_return_mean"} <= set(ev)
+    assert ev["eval/episode_return_mean"] == pytest.approx(2 * (ev["eval/p0/episode_return_mean"]
+                                                                + ev["eval/p1/episode_return_mean"]))
+    trainer.stop()
