@@ -1,7 +1,11 @@
 """SampleBatch: the one data interchange format, in-process or across the network.
 
-A SampleBatch is a dict of equal-length numpy columns (axis 0 = rows = agent steps). Rows of one
-episode are contiguous and in time order, so ``split_by_episode`` is a cheap scan of ``eps_id``.
+A SampleBatch is a dict of equal-length numpy columns (axis 0 = rows = agent steps). A column may
+also be nested: a dict of such arrays (a ``Dict`` observation space), or an object array (``infos``).
+Rows of one episode are contiguous and in time order, so ``split_by_episode`` is a cheap scan of
+``eps_id`` (or of the terminated/truncated flags when there is no ``eps_id``). Column names and
+behaviour follow RLlib's classic SampleBatch where a user porting RLlib code would notice
+(``new_obs``, in-place ``shuffle``, ``MultiAgentBatch.env_steps()``/``agent_steps()``/``count``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ class SampleBatch(dict[str, np.ndarray]):
     """
 
     OBS: ClassVar[str] = "obs"
-    NEXT_OBS: ClassVar[str] = "next_obs"
+    NEXT_OBS: ClassVar[str] = "new_obs"  # RLlib's name; "next_obs" is accepted as an alias
+    NEW_OBS: ClassVar[str] = "new_obs"
+    INFOS: ClassVar[str] = "infos"
     ACTIONS: ClassVar[str] = "actions"
     REWARDS: ClassVar[str] = "rewards"
     TERMINATEDS: ClassVar[str] = "terminateds"
@@ -36,28 +42,35 @@ class SampleBatch(dict[str, np.ndarray]):
     NSTEP_REWARDS: ClassVar[str] = "nstep_rewards"  # sum_k gamma^k r_{t+k} over up to n steps
     NSTEP_DISCOUNT: ClassVar[str] = "nstep_discount"  # gamma^k for the bootstrap; 0 after a termination
 
+    ALIASES: ClassVar[dict[str, str]] = {"next_obs": "new_obs"}  # rlrun's earlier names -> RLlib's
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        for k in [k for k in self if k in self.ALIASES]:
+            dict.__setitem__(self, self.ALIASES[k], dict.pop(self, k))
         for k, v in self.items():
-            if not isinstance(v, np.ndarray):
-                dict.__setitem__(self, k, np.asarray(v))
+            dict.__setitem__(self, k, _as_column(v))
         self._check_lengths()
 
     # ----------------------------------------------------------------- basics
     def _check_lengths(self) -> None:
-        lengths = {k: len(v) for k, v in self.items()}
+        lengths = {k: _rows(v) for k, v in self.items()}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"SampleBatch columns have different lengths: {lengths}")
 
     def __setitem__(self, key: str, value: Any) -> None:
-        value = np.asarray(value)
-        if self and len(value) != len(self):
-            raise ValueError(f"column '{key}' has {len(value)} rows, the batch has {len(self)}")
+        key = self.ALIASES.get(key, key)
+        value = _as_column(value)
+        if self and _rows(value) != len(self):
+            raise ValueError(f"column '{key}' has {_rows(value)} rows, the batch has {len(self)}")
         super().__setitem__(key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, self.ALIASES.get(key, key) if isinstance(key, str) else key)
 
     def __len__(self) -> int:  # number of rows, not of columns
         for v in self.values():
-            return int(v.shape[0])
+            return _rows(v)
         return 0
 
     @property
@@ -72,13 +85,13 @@ class SampleBatch(dict[str, np.ndarray]):
     def __bool__(self) -> bool:
         return dict.__len__(self) > 0
 
-    def copy(self) -> SampleBatch:
-        return SampleBatch({k: v.copy() for k, v in self.items()})
+    def copy(self, shallow: bool = False) -> SampleBatch:
+        return SampleBatch({k: v if shallow else _map(lambda a: a.copy(), v) for k, v in self.items()})
 
     # ----------------------------------------------------------------- slicing
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
-            return dict.__getitem__(self, key)
+            return dict.__getitem__(self, self.ALIASES.get(key, key))
         if isinstance(key, slice | np.ndarray | list):
             return self.slice(key)
         raise TypeError(f"SampleBatch index must be a column name, slice or index array, not {key!r}")
@@ -87,18 +100,22 @@ class SampleBatch(dict[str, np.ndarray]):
         """Rows selected by a slice (a view, no copy) or an index/bool array (a copy)."""
         out = SampleBatch()
         for k, v in self.items():
-            dict.__setitem__(out, k, v[index])
+            dict.__setitem__(out, k, _map(lambda a: a[index], v))
         return out
 
     def rows(self) -> Iterator[dict[str, Any]]:
         """Iterate rows as ``{column: value}`` dicts (slow; for inspection and tests)."""
         for i in range(len(self)):
-            yield {k: v[i] for k, v in self.items()}
+            yield {k: _map(lambda a, i=i: a[i], v) for k, v in self.items()}
 
     def shuffle(self, rng: np.random.Generator | None = None) -> SampleBatch:
-        """A row-permuted copy (episodes are no longer contiguous afterwards)."""
+        """Permute the rows in place, as RLlib's does, and return ``self`` (episodes are no longer
+        contiguous afterwards)."""
         rng = rng if rng is not None else np.random.default_rng()
-        return self.slice(rng.permutation(len(self)))
+        order = rng.permutation(len(self))
+        for k, v in list(self.items()):
+            dict.__setitem__(self, k, _map(lambda a: a[order], v))
+        return self
 
     def minibatches(
         self, size: int, rng: np.random.Generator | None = None, shuffle: bool = True
@@ -115,14 +132,24 @@ class SampleBatch(dict[str, np.ndarray]):
                 yield self.slice(order[start : start + size])
 
     def split_by_episode(self) -> list[SampleBatch]:
-        """One batch per contiguous run of equal ``eps_id`` (episodes must be contiguous)."""
-        if self.EPS_ID not in self:
-            raise KeyError(f"split_by_episode needs the '{self.EPS_ID}' column; columns: {self.columns}")
-        ids = self[self.EPS_ID]
-        if len(ids) == 0:
+        """One batch per contiguous run of equal ``eps_id`` (episodes must be contiguous); without an
+        ``eps_id`` column, a new episode starts after every terminated or truncated row."""
+        n = len(self)
+        if n == 0:
             return []
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
-        ends = np.r_[starts[1:], len(ids)]
+        if self.EPS_ID in self:
+            ids = self[self.EPS_ID]
+            starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        elif self.TERMINATEDS in self or self.TRUNCATEDS in self:
+            done = np.zeros(n, dtype=bool)
+            for col in (self.TERMINATEDS, self.TRUNCATEDS):
+                if col in self:
+                    done |= self[col].astype(bool)
+            starts = np.flatnonzero(np.r_[True, done[:-1]])
+        else:
+            raise KeyError(f"split_by_episode needs '{self.EPS_ID}' or '{self.TERMINATEDS}'/'{self.TRUNCATEDS}'; "
+                           f"columns: {self.columns}")
+        ends = np.r_[starts[1:], n]
         return [self.slice(slice(int(s), int(e))) for s, e in zip(starts, ends, strict=True)]
 
     # ----------------------------------------------------------------- summary
@@ -137,8 +164,39 @@ class SampleBatch(dict[str, np.ndarray]):
         return self.summary()
 
 
-def _describe(v: np.ndarray) -> str:
+def _as_column(v: Any) -> Any:
+    """A column: a numpy array (a list of dicts becomes an object array), or a dict of columns."""
+    if isinstance(v, Mapping):
+        return {k: _as_column(x) for k, x in v.items()}
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, list | tuple) and v and isinstance(v[0], Mapping):
+        out = np.empty(len(v), dtype=object)
+        out[:] = list(v)
+        return out
+    return np.asarray(v)
+
+
+def _rows(v: Any) -> int:
+    if isinstance(v, Mapping):
+        lengths = {_rows(x) for x in v.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"a nested SampleBatch column has parts of different lengths: {sorted(lengths)}")
+        return lengths.pop() if lengths else 0
+    return int(v.shape[0])
+
+
+def _map(fn: Any, v: Any) -> Any:
+    """``fn`` on every array of a (possibly nested) column."""
+    return {k: _map(fn, x) for k, x in v.items()} if isinstance(v, Mapping) else fn(v)
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k!r}: {_describe(x)}" for k, x in v.items()) + "}"
     head = f"np.ndarray({tuple(v.shape)}, dtype={v.dtype}"
+    if v.dtype == object:
+        return f"{head}, head={v[0]!r})" if v.size else head + ")"
     if v.size == 0 or not (np.issubdtype(v.dtype, np.number) or v.dtype == np.bool_):
         return head + ")"
     x = v.astype(np.float64, copy=False)
@@ -149,8 +207,12 @@ def _g(x: float) -> str:
     return f"{float(x):.4g}"
 
 
-def concat_samples(batches: Sequence[SampleBatch] | Iterable[SampleBatch]) -> SampleBatch:
-    """Concatenate batches row-wise; every batch must have the same columns."""
+def concat_samples(batches: Sequence[Any] | Iterable[Any]) -> Any:
+    """Concatenate batches row-wise; every batch must have the same columns. MultiAgentBatches are
+    concatenated per policy (as RLlib's ``concat_samples`` does)."""
+    batches = list(batches)
+    if batches and all(isinstance(b, MultiAgentBatch) for b in batches):
+        return MultiAgentBatch.concat(batches)
     batches = [b for b in batches if b]
     if not batches:
         return SampleBatch()
@@ -164,29 +226,44 @@ def concat_samples(batches: Sequence[SampleBatch] | Iterable[SampleBatch]) -> Sa
         return batches[0]
     out = SampleBatch()
     for k in keys:
-        dict.__setitem__(out, k, np.concatenate([b[k] for b in batches]))
+        dict.__setitem__(out, k, _concat([b[k] for b in batches]))
     return out
 
 
+def _concat(parts: list[Any]) -> Any:
+    if isinstance(parts[0], Mapping):
+        return {k: _concat([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
 class MultiAgentBatch:
-    """``{policy_id: SampleBatch}`` plus the number of env steps they came from.
+    """``{policy_id: SampleBatch}`` plus the number of env steps they came from (``count``).
 
     Agent steps (rows) and env steps differ when several agents act in one env step.
     """
 
     def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int) -> None:
         self.policy_batches: dict[str, SampleBatch] = dict(policy_batches)
-        self.env_steps = int(env_steps)
+        self.count = int(env_steps)
+
+    def env_steps(self) -> int:
+        return self.count
 
     def agent_steps(self) -> int:
         return sum(len(b) for b in self.policy_batches.values())
 
+    def __len__(self) -> int:
+        return self.count
+
     def __getitem__(self, policy_id: str) -> SampleBatch:
         return self.policy_batches[policy_id]
 
+    def copy(self) -> MultiAgentBatch:
+        return MultiAgentBatch({pid: b.copy() for pid, b in self.policy_batches.items()}, self.count)
+
     def __repr__(self) -> str:
         inner = ", ".join(f"{pid!r}: {b!r}" for pid, b in self.policy_batches.items())
-        return f"MultiAgentBatch(env_steps={self.env_steps}, {{{inner}}})"
+        return f"MultiAgentBatch(env_steps={self.count}, {{{inner}}})"
 
     @staticmethod
     def concat(batches: Sequence[MultiAgentBatch]) -> MultiAgentBatch:
@@ -194,6 +271,4 @@ class MultiAgentBatch:
         for mb in batches:
             for pid, b in mb.policy_batches.items():
                 ids.setdefault(pid, []).append(b)
-        return MultiAgentBatch(
-            {pid: concat_samples(bs) for pid, bs in ids.items()}, sum(b.env_steps for b in batches)
-        )
+        return MultiAgentBatch({pid: concat_samples(bs) for pid, bs in ids.items()}, sum(b.count for b in batches))

@@ -107,12 +107,12 @@ class MultiAgentRolloutWorker:
                 for pid in pids:
                     step.valid[pid][self._copy_slots[pid][pending]] = False
             obs_before = {pid: self.obs[pid].copy() for pid in learners}
-            eps_before = self._eps_id.copy()
+            eps_before, t_before = self._eps_id.copy(), self._ep_len.copy()
             for c in range(self.num_envs):
                 env_steps += self._step_copy(c, outs, step)
             agent_steps += sum(int(v.sum()) for v in step.valid.values())
             for pid in learners:
-                self._record(bufs[pid], pid, outs[pid], step, obs_before[pid], eps_before)
+                self._record(bufs[pid], pid, outs[pid], step, obs_before[pid], eps_before, t_before)
         batches = {pid: self._postprocess(pid, bufs[pid]) for pid in learners}
         self.env_steps_sampled += env_steps
         return MultiAgentBatch(batches, env_steps)
@@ -156,7 +156,7 @@ class MultiAgentRolloutWorker:
         return 1
 
     def _record(self, b: dict[str, list[np.ndarray]], pid: str, out: Any, step: _Step, obs: np.ndarray,
-                eps_before: np.ndarray) -> None:
+                eps_before: np.ndarray, t_before: np.ndarray) -> None:
         for key, value in ((SB.OBS, obs), (SB.ACTIONS, out.actions), (SB.REWARDS, step.rew[pid]),
                            (SB.TERMINATEDS, step.term[pid]), (SB.TRUNCATEDS, step.trunc[pid]),
                            (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
@@ -164,6 +164,7 @@ class MultiAgentRolloutWorker:
             b.setdefault(key, []).append(np.asarray(value))
         # one trajectory id per (episode, agent)
         b.setdefault(SB.EPS_ID, []).append(eps_before[self._slot_copy[pid]] * 1024 + self._slot_agent[pid])
+        b.setdefault(SB.T, []).append(t_before[self._slot_copy[pid]])  # the env step's index in its episode
 
     def _postprocess(self, pid: str, buf: dict[str, list[np.ndarray]]) -> SampleBatch:
         """The policy's time-major fragment ``[T, slots]`` -> postprocessed flat batch of valid rows."""

@@ -72,7 +72,7 @@ class Trainer:
                 self.workers.sample_async(interval(self.config))
             for b in got:
                 batches.append(b)
-                n += (b.agent_steps() if by_agents else b.env_steps) if self.multi_agent else len(b)
+                n += (b.agent_steps() if by_agents else b.count) if self.multi_agent else len(b)
         return MultiAgentBatch.concat(batches) if self.multi_agent else concat_samples(batches)
 
     def learn(self, batch: Any) -> dict[str, float]:
@@ -95,7 +95,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.sample_batch()
         t1 = time.perf_counter()
-        env_steps = batch.env_steps if self.multi_agent else len(batch)
+        env_steps = batch.count if self.multi_agent else len(batch)
         self.timesteps_total += env_steps
         rows_before = sum(p.num_rows_trained for p in self.policies.values())
         stats = self.learn(batch)

@@ -158,6 +158,7 @@ class RolloutWorker:
             buf[SB.VF_PREDS][step] = out.values
             buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
             buf[SB.EPS_ID][step] = self._eps_id
+            buf[SB.T][step] = self._ep_len  # the step's index within its episode
             buf[VALID][step] = valid
             rows_per_env += valid
             self._ep_return += np.where(valid, rew, 0.0)
@@ -199,6 +200,7 @@ class RolloutWorker:
             SB.VF_PREDS: np.zeros((cap, n), dtype=np.float32),
             SB.ACTION_DIST_INPUTS: np.zeros((cap, n, k), dtype=np.float32),
             SB.EPS_ID: np.zeros((cap, n), dtype=np.int64),
+            SB.T: np.zeros((cap, n), dtype=np.int64),
             VALID: np.zeros((cap, n), dtype=bool),
         }
 

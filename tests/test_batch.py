@@ -68,6 +68,36 @@ def test_summary_format():
 
 def test_multi_agent_batch():
     m = MultiAgentBatch({"p0": make(), "p1": make(3)}, env_steps=6)
-    assert m.agent_steps() == 9 and m.env_steps == 6
+    assert m.agent_steps() == 9 and m.env_steps() == 6 and m.count == 6
     both = MultiAgentBatch.concat([m, m])
-    assert both.env_steps == 12 and len(both["p1"]) == 6
+    assert both.env_steps() == 12 and len(both["p1"]) == 6
+
+
+def test_rllib_behaviour_nested_columns_infos_inplace_shuffle_and_aliases():
+    obs = {"pos": np.arange(6, dtype=np.float32).reshape(3, 2), "flag": np.array([0, 1, 0])}
+    b = SampleBatch({"obs": obs, "infos": [{}, {"x": 1}, {}], "next_obs": np.zeros((3, 1)),
+                     "terminateds": np.array([False, True, False]), "t": np.array([0, 1, 0])})
+    assert len(b) == 3 and b["obs"]["pos"].shape == (3, 2)
+    assert b.summary().startswith("{'obs': {'pos': np.ndarray((3, 2), dtype=float32, min=0")
+    assert "'infos': np.ndarray((3,), dtype=object, head={})" in b.summary()
+    assert SampleBatch.NEW_OBS in b and "next_obs" in b and b["next_obs"] is b["new_obs"]  # rlrun's old name
+    sub = b[np.array([2, 0])]
+    assert sub["obs"]["pos"][0].tolist() == [4.0, 5.0] and sub["infos"][1] == {}
+    both = concat_samples([b, b])
+    assert len(both) == 6 and both["obs"]["flag"].tolist() == [0, 1, 0, 0, 1, 0]
+    # split_by_episode without eps_id: terminated/truncated flags end episodes
+    assert [len(e) for e in b.split_by_episode()] == [2, 1]
+    same = b.shuffle(np.random.default_rng(3))  # in place, like RLlib's
+    assert same is b and sorted(b["obs"]["pos"][:, 0].tolist()) == [0.0, 2.0, 4.0]
+    assert [b["infos"][i] == {"x": 1} for i in range(3)] == (b["obs"]["flag"] == 1).tolist()  # rows kept together
+    with pytest.raises(ValueError, match="different lengths"):
+        SampleBatch({"obs": {"a": np.zeros(2), "b": np.zeros(3)}})
+
+
+def test_multi_agent_batch_like_rllib():
+    m = MultiAgentBatch({"p0": make(), "p1": make(3)}, env_steps=6)
+    c = m.copy()
+    c["p0"]["obs"][0, 0] = -1
+    assert m["p0"]["obs"][0, 0] != -1 and len(m) == m.count == 6
+    both = concat_samples([m, m])
+    assert isinstance(both, MultiAgentBatch) and both.env_steps() == 12 and both.agent_steps() == 18

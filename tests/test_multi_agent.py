@@ -119,7 +119,7 @@ def test_each_agent_is_one_trajectory_with_its_own_ends_and_bootstrap(tmp_path):
     trainer = Trainer(cfg, tmp_path)
     worker = trainer.workers.local_worker
     mb = worker.sample()
-    assert isinstance(mb, MultiAgentBatch) and mb.env_steps == 16
+    assert isinstance(mb, MultiAgentBatch) and mb.env_steps() == 16
     b = mb["p"]
     # per copy: 8 env steps = an episode (5) + a reset step (no env step, no rows) + 3 of the next
     # agent rows per copy: a 2 + 2, b 5 + 3, c 4 + 2 (c joins after each episode's first step)
@@ -129,6 +129,7 @@ def test_each_agent_is_one_trajectory_with_its_own_ends_and_bootstrap(tmp_path):
         assert np.all(rew == 1.0)
         steps = eps[SB.OBS][:, 0]
         assert np.all(np.diff(steps) == 1), steps  # one agent, in time order, no gaps
+        assert np.array_equal(eps[SB.T], steps)  # t: the env step's index in the episode
         if term.any():  # 'a': terminated after 2 steps -> value target = remaining reward
             assert len(eps) == 2 and term[-1] and np.allclose(eps[SB.VALUE_TARGETS], [2.0, 1.0])
         if trunc.any():  # 'b'/'c' truncated at step 5: target = rewards + V(final obs), never 0 after it
