@@ -155,6 +155,24 @@ def write_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
     return path
 
 
+def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[list[np.ndarray], list[float], float]:
+    """Greedy episodes on an env that renders: the frames, the episodes' returns and the frame rate."""
+    env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies))
+    try:
+        if cfg.multiagent.policies:
+            from rlrun.ma_evaluation import evaluate_multi_agent
+
+            frames: list[np.ndarray] = []
+            returns = evaluate_multi_agent(policies, cfg, args.render_episodes, args.seed, env, frames,
+                                           args.max_frames, args.frame_skip).returns
+        else:
+            frames, returns = record_episodes(next(iter(policies.values())), env, args.render_episodes, args.seed,
+                                              args.max_frames, args.frame_skip)
+        return frames, returns, float(env.metadata.get("render_fps") or 30) / args.frame_skip
+    finally:
+        env.close()
+
+
 def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     from rlrun.evaluation import evaluate
     from rlrun.export import describe, load_policies
@@ -184,18 +202,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
                                                launch_dir / "rlrun-eval" / path.name)
         out.mkdir(parents=True, exist_ok=True)
         if args.render:
-            env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies))
-            try:
-                if cfg.multiagent.policies:
-                    frames: list[np.ndarray] = []
-                    video_returns = evaluate_multi_agent(policies, cfg, args.render_episodes, args.seed, env, frames,
-                                                         args.max_frames, args.frame_skip).returns
-                else:
-                    frames, video_returns = record_episodes(loaded.policy, env, args.render_episodes, args.seed,
-                                                            args.max_frames, args.frame_skip)
-                fps = float(env.metadata.get("render_fps") or 30) / args.frame_skip
-            finally:
-                env.close()
+            frames, video_returns, fps = record_video(policies, cfg, args)
             video = write_gif(frames, out / "episode.gif", fps)
             info.update(video=video.name, video_returns=video_returns, video_frames=len(frames))
             print(f"rlrun-eval: recorded {args.render_episodes} episode(s), {len(frames)} frames "

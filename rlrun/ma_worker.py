@@ -1,14 +1,14 @@
 """MultiAgentRolloutWorker: ``num_envs_per_worker`` copies of a multi-agent env, one policy map.
 
-Each policy owns a set of *slots*, one per (env copy, agent mapped to it), and a time-major buffer
-``[T, slots]`` exactly like a single-agent worker's ``[T, sub-envs]``. Every vector step does one
-forward pass per policy over all its slots (agents that are not acting just keep their last
-observation and their row is marked invalid), then steps every copy with its agents' actions.
-After an agent's episode ends its slot keeps the final observation, so the value of the slot's next
-(invalid) row is the bootstrap value a truncated agent needs - the single-agent autoreset rule. An
-env copy whose episode ended is reset one step later (that step's rows are all invalid), for the
-same reason. GAE and the other postprocessing then run per policy on its own fragment, and each
-agent's trajectory is one column of it.
+The copies are one vector env (rlrun/ma_vector.py: arrays over copies per agent). Each policy owns
+*slots*, one per (agent mapped to it, env copy), agent-major, and a time-major buffer ``[T, slots]``
+exactly like a single-agent worker's ``[T, sub-envs]``. Every vector step does one forward pass per
+policy over all its slots (agents that are not acting keep their last observation and their row is
+marked invalid) and one step of the vector env. After an agent's episode ends its slot keeps the
+final observation, so the value of the slot's next (invalid) row is the bootstrap value a truncated
+agent needs - the single-agent autoreset rule; a copy whose episode ended is reset one step later
+(no rows) for the same reason. GAE and the other postprocessing then run per policy on its own
+fragment, and each agent's trajectory is one column of it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from rlrun.batch import MultiAgentBatch, SampleBatch
-from rlrun.multi_agent import make_multi_agent_env, policy_spaces
+from rlrun.ma_vector import make_vector_multi_agent_env
+from rlrun.multi_agent import policy_spaces
 from rlrun.plugins import load_plugins
 from rlrun.workers import VALID, EpisodeStats, WorkerSpec, flatten_fragment
 
@@ -38,60 +40,41 @@ class MultiAgentRolloutWorker:
             load_plugins(list(spec.plugins), search_dirs=[spec.launch_dir] if spec.launch_dir else [])
         cfg = policy_factory.cfg
         r = spec.rollout
-        self.num_envs = int(r.num_envs_per_worker)
+        n = self.num_envs = int(r.num_envs_per_worker)
         self.fragment_length = int(r.rollout_fragment_length)  # env steps or agent steps per copy
         self._count_agent_steps = cfg.multiagent.count_steps_by == "agent_steps"
-        self.envs = [make_multi_agent_env(spec.env.id, spec.env.kwargs) for _ in range(self.num_envs)]
-        self.agent_policy, self.adapters, spaces = policy_spaces(cfg, self.envs[0])
+        self.env = make_vector_multi_agent_env(spec.env.id, n, spec.env.kwargs, spec.env.vectorize)
+        self.agent_policy, _, spaces = policy_spaces(cfg, self.env)
+        self.spaces = spaces
         self.policy_map = policy_factory.multi_agent(spaces)
         if spec.worker_index > 0:
             torch.set_num_threads(1)
             for policy in self.policy_map.values():
                 policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
                 policy.np_rng = np.random.default_rng(spec.seed + 1000 * spec.worker_index)
-        # slots: per policy, the (copy, agent) pairs it acts for, in a fixed order
-        self.slots: dict[str, list[tuple[int, str]]] = {pid: [] for pid in self.policy_map}
-        for c in range(self.num_envs):
-            for agent in self.envs[0].possible_agents:
-                self.slots[self.agent_policy[agent]].append((c, agent))
-        self.slot_of = {pid: {ca: j for j, ca in enumerate(s)} for pid, s in self.slots.items()}
-        agents = self.envs[0].possible_agents
-        self._slot_copy = {pid: np.array([c for c, _ in s], np.int64) for pid, s in self.slots.items()}
-        self._slot_agent = {pid: np.array([agents.index(a) for _, a in s], np.int64) for pid, s in self.slots.items()}
-        self._copy_slots = {pid: [np.flatnonzero(self._slot_copy[pid] == c) for c in range(self.num_envs)]
-                            for pid in self.slots}
-        self._slots_of_copy = [[(pid, self._copy_slots[pid][c]) for pid in self.slots if len(self._copy_slots[pid][c])]
-                               for c in range(self.num_envs)]
-        self._where = [{a: (self.agent_policy[a], self.slot_of[self.agent_policy[a]][(c, a)]) for a in agents}
-                       for c in range(self.num_envs)]  # per copy: agent -> (policy, slot)
-        self.obs = {pid: np.zeros((len(s), *spaces[pid][0].shape), np.float32) for pid, s in self.slots.items()}
-        self.active = {pid: np.zeros(len(s), bool) for pid, s in self.slots.items()}
-        self.spaces = spaces
-        self._box = {pid: hasattr(sp[1], "low") and sp[1].shape != () for pid, sp in spaces.items()}
-        base = spec.seed + 1000 * spec.worker_index
-        self._reset_count = 0
-        self._seed_base = base
-        for c in range(self.num_envs):
-            self._reset(c, seed=base + c)
-        self._pending_reset = np.zeros(self.num_envs, bool)
-        self._ep_return = np.zeros(self.num_envs, np.float64)  # summed over agents
-        self._ep_len = np.zeros(self.num_envs, np.int64)
-        self._agent_return: dict[tuple[int, str], float] = {}
+        agents = list(self.env.possible_agents)
+        self.agents_of = {pid: [a for a in agents if self.agent_policy[a] == pid] for pid in self.policy_map}
+        # slot j of a policy = agent j // n of its agents, in copy j % n
+        self._slot_copy = {pid: np.tile(np.arange(n), len(a)) for pid, a in self.agents_of.items()}
+        self._slot_agent = {pid: np.repeat([agents.index(x) for x in a], n).astype(np.int64)
+                            for pid, a in self.agents_of.items()}
+        self._box = {pid: isinstance(sp[1], gym.spaces.Box) for pid, sp in spaces.items()}
+        obs, acting = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
+        self.obs = self._per_policy(obs)
+        self.acting = self._per_policy(acting)
+        self._ep_return = np.zeros(n, np.float64)  # summed over agents
+        self._ep_len = np.zeros(n, np.int64)
+        self._agent_return = {a: np.zeros(n, np.float64) for a in agents}
+        self._took_part = {a: np.zeros(n, bool) for a in agents}
         self._id_base = spec.worker_index << 40
-        self._eps_id = self._id_base + np.arange(self.num_envs, dtype=np.int64)
-        self._next_eps = self.num_envs
+        self._eps_id = self._id_base + np.arange(n, dtype=np.int64)
+        self._next_eps = n
         self._episodes = EpisodeStats([], [], {})
         self.env_steps_sampled = 0
 
-    def _reset(self, c: int, seed: int | None = None) -> None:
-        obs, _ = self.envs[c].reset(seed=seed)
-        for pid in self.policy_map:
-            self.active[pid][self._copy_slots[pid][c]] = False
-        for agent, o in obs.items():
-            pid = self.agent_policy[agent]
-            j = self.slot_of[pid][(c, agent)]
-            self.obs[pid][j] = self.adapters[agent](o)
-            self.active[pid][j] = True
+    def _per_policy(self, per_agent: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``{agent: [C, ...]}`` -> ``{policy: [slots, ...]}``."""
+        return {pid: np.concatenate([per_agent[a] for a in agents]) for pid, agents in self.agents_of.items()}
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> MultiAgentBatch:
@@ -102,69 +85,51 @@ class MultiAgentRolloutWorker:
         env_steps = agent_steps = 0
         while (agent_steps if self._count_agent_steps else env_steps) < target:
             outs = {pid: self.policy_map[pid].compute_actions(self.obs[pid]) for pid in pids}
-            step = _Step(self.active, self.slots)
-            for pending in np.flatnonzero(self._pending_reset):
-                for pid in pids:
-                    step.valid[pid][self._copy_slots[pid][pending]] = False
-            obs_before = {pid: self.obs[pid].copy() for pid in learners}
-            eps_before, t_before = self._eps_id.copy(), self._ep_len.copy()
-            for c in range(self.num_envs):
-                env_steps += self._step_copy(c, outs, step)
-            agent_steps += sum(int(v.sum()) for v in step.valid.values())
+            actions = self._env_actions(outs)
+            valid = self.acting
+            obs_before, eps_before, t_before = self.obs, self._eps_id.copy(), self._ep_len.copy()
+            st = self.env.step(actions)
+            self.obs, self.acting = self._per_policy(st.obs), self._per_policy(st.acting)
+            env_steps += int(st.stepped.sum())
+            agent_steps += sum(int(v.sum()) for v in valid.values())
+            self._count_episodes(st, valid)
+            rew, term, trunc = self._per_policy(st.rewards), self._per_policy(st.terminateds), \
+                self._per_policy(st.truncateds)
             for pid in learners:
-                self._record(bufs[pid], pid, outs[pid], step, obs_before[pid], eps_before, t_before)
+                out, slot_copy = outs[pid], self._slot_copy[pid]
+                for key, value in ((SB.OBS, obs_before[pid]), (SB.ACTIONS, out.actions), (SB.REWARDS, rew[pid]),
+                                   (SB.TERMINATEDS, term[pid]), (SB.TRUNCATEDS, trunc[pid]),
+                                   (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
+                                   (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, valid[pid]),
+                                   # one trajectory id per (episode, agent); t: the env step's index
+                                   (SB.EPS_ID, eps_before[slot_copy] * 1024 + self._slot_agent[pid]),
+                                   (SB.T, t_before[slot_copy])):
+                    bufs[pid].setdefault(key, []).append(value)
         batches = {pid: self._postprocess(pid, bufs[pid]) for pid in learners}
         self.env_steps_sampled += env_steps
         return MultiAgentBatch(batches, env_steps)
 
-    def _step_copy(self, c: int, outs: Mapping[str, Any], step: _Step) -> int:
-        """Step env copy ``c`` with its agents' actions (or reset it a step after its episode ended);
-        fills ``step`` and the slots' next observations; returns the env steps taken (0 or 1)."""
-        if self._pending_reset[c]:
-            self._pending_reset[c] = False
-            self._reset(c)
-            return 0
-        env, where = self.envs[c], self._where[c]
-        actions = {}
-        for agent in env.agents:
-            pid, j = where[agent]
-            a = outs[pid].actions[j]
-            actions[agent] = np.clip(a, self.spaces[pid][1].low, self.spaces[pid][1].high) if self._box[pid] else a
-        next_obs, rewards, terms, truncs, _ = env.step(actions)
-        for agent, rw in rewards.items():
-            pid, j = where[agent]
-            step.rew[pid][j] = rw
-            self._ep_return[c] += rw
-            self._agent_return[(c, agent)] = self._agent_return.get((c, agent), 0.0) + float(rw)
-        for agent, o in next_obs.items():
-            pid, j = where[agent]
-            self.obs[pid][j] = self.adapters[agent](o)
-        for agent in set(terms) | set(truncs):
-            pid, j = where[agent]
-            step.term[pid][j] = bool(terms.get(agent, False))
-            step.trunc[pid][j] = bool(truncs.get(agent, False)) and not step.term[pid][j]
-        for pid, js in self._slots_of_copy[c]:  # who acts next step: the env's agents
-            self.active[pid][js] = False
-        for agent in env.agents:
-            pid, j = where[agent]
-            self.active[pid][j] = True
-        for pid, js in self._slots_of_copy[c]:  # an agent that left without a done flag: truncated
-            step.trunc[pid][js] |= step.valid[pid][js] & ~self.active[pid][js] & ~step.term[pid][js]
-        self._ep_len[c] += 1
-        if not env.agents:
-            self._end_episode(c)
-        return 1
+    def _env_actions(self, outs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Each policy's actions over its slots -> ``{agent: [C, ...]}`` (Box actions clipped)."""
+        n, actions = self.num_envs, {}
+        for pid, agents in self.agents_of.items():
+            acts = outs[pid].actions
+            if self._box[pid]:
+                acts = np.clip(acts, self.spaces[pid][1].low, self.spaces[pid][1].high)
+            actions.update({a: acts[k * n:(k + 1) * n] for k, a in enumerate(agents)})
+        return actions
 
-    def _record(self, b: dict[str, list[np.ndarray]], pid: str, out: Any, step: _Step, obs: np.ndarray,
-                eps_before: np.ndarray, t_before: np.ndarray) -> None:
-        for key, value in ((SB.OBS, obs), (SB.ACTIONS, out.actions), (SB.REWARDS, step.rew[pid]),
-                           (SB.TERMINATEDS, step.term[pid]), (SB.TRUNCATEDS, step.trunc[pid]),
-                           (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
-                           (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, step.valid[pid])):
-            b.setdefault(key, []).append(np.asarray(value))
-        # one trajectory id per (episode, agent)
-        b.setdefault(SB.EPS_ID, []).append(eps_before[self._slot_copy[pid]] * 1024 + self._slot_agent[pid])
-        b.setdefault(SB.T, []).append(t_before[self._slot_copy[pid]])  # the env step's index in its episode
+    def _count_episodes(self, st: Any, valid: Mapping[str, np.ndarray]) -> None:
+        """Returns per copy (summed over agents) and per agent; finished episodes to the stats."""
+        for a, r in st.rewards.items():
+            self._ep_return += r
+            self._agent_return[a] += r
+            pid = self.agent_policy[a]
+            k = self.agents_of[pid].index(a)
+            self._took_part[a] |= valid[pid][k * self.num_envs:(k + 1) * self.num_envs]
+        self._ep_len += st.stepped
+        for c in np.flatnonzero(st.episode_end):
+            self._end_episode(int(c))
 
     def _postprocess(self, pid: str, buf: dict[str, list[np.ndarray]]) -> SampleBatch:
         """The policy's time-major fragment ``[T, slots]`` -> postprocessed flat batch of valid rows."""
@@ -178,17 +143,17 @@ class MultiAgentRolloutWorker:
     def _end_episode(self, c: int) -> None:
         self._episodes.returns.append(float(self._ep_return[c]))
         self._episodes.lengths.append(int(self._ep_len[c]))
-        for agent in self.envs[0].possible_agents:
-            if (c, agent) in self._agent_return:
-                pid = self.agent_policy[agent]
-                per_policy = self._episodes.policy_returns
-                assert per_policy is not None
-                per_policy.setdefault(pid, []).append(self._agent_return.pop((c, agent)))
+        per_policy = self._episodes.policy_returns
+        assert per_policy is not None
+        for a, took_part in self._took_part.items():
+            if took_part[c]:
+                per_policy.setdefault(self.agent_policy[a], []).append(float(self._agent_return[a][c]))
+            self._agent_return[a][c] = 0.0
+            took_part[c] = False
         self._ep_return[c] = 0.0
         self._ep_len[c] = 0
         self._eps_id[c] = self._id_base + self._next_eps
         self._next_eps += 1
-        self._pending_reset[c] = True
 
     def sample_with_metrics(self) -> tuple[MultiAgentBatch, EpisodeStats]:
         return self.sample(), self.get_metrics()
@@ -211,20 +176,8 @@ class MultiAgentRolloutWorker:
                 policy.global_timestep = global_timestep
 
     def stop(self) -> None:
-        for env in self.envs:
-            env.close()
+        self.env.close()
 
     def __repr__(self) -> str:
         return (f"MultiAgentRolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, "
                 f"copies={self.num_envs})")
-
-
-
-class _Step:
-    """One vector step's per-slot columns, per policy: valid (the agent acted), reward, ends."""
-
-    def __init__(self, active: Mapping[str, np.ndarray], slots: Mapping[str, list[Any]]) -> None:
-        self.valid = {pid: a.copy() for pid, a in active.items()}
-        self.rew = {pid: np.zeros(len(s), np.float32) for pid, s in slots.items()}
-        self.term = {pid: np.zeros(len(s), bool) for pid, s in slots.items()}
-        self.trunc = {pid: np.zeros(len(s), bool) for pid, s in slots.items()}

@@ -133,7 +133,6 @@ class MultiCartPole:
             pole.close()
 
 
-ENVS.add("multi_cartpole", MultiCartPole, multi_agent=True)
 
 
 # --------------------------------------------------------------------------- heuristic policies

@@ -3,7 +3,10 @@
 For each number of env copies C, in one process and interleaved round by round, this times
 ``worker.sample()`` (policy forward passes, env steps, postprocessing; no learning) of:
 
-- ``multi_cartpole``: C copies of the 4-agent env, 2 policies (the ppo_multi_cartpole preset);
+- ``multi_cartpole``: C copies of the 4-agent env, 2 policies (the ppo_multi_cartpole preset), all
+  copies stepped at once in numpy (``VectorMultiCartPole``, the preset's default);
+- ``multi_cartpole_sync``: the same, the copies stepped one by one as Parallel-API envs
+  (``env.vectorize=sync``: the path every PettingZoo env takes);
 - ``cartpole_numpy``: CartPole-v1 with C sub-envs, gymnasium's numpy-vectorised implementation
   (what ``+experiment=ppo_cartpole`` uses: ``env.vectorize=auto``);
 - ``cartpole_sync``: CartPole-v1 with C sub-envs stepped one by one in Python (``env.vectorize=sync``),
@@ -31,8 +34,9 @@ def make_worker(kind: str, copies: int, frag: int):
     common = ["tracking=none", "progress=false", f"rollout.num_envs_per_worker={copies}",
               f"rollout.rollout_fragment_length={frag}", f"algo.train_batch_size={frag * copies}",
               "algo.sgd_minibatch_size=null"]
-    if kind == "multi_cartpole":
-        trainer = make_trainer(["+experiment=ppo_multi_cartpole", *common])
+    if kind.startswith("multi_cartpole"):
+        vec = "sync" if kind.endswith("sync") else "auto"
+        trainer = make_trainer(["+experiment=ppo_multi_cartpole", f"env.vectorize={vec}", *common])
     else:
         vec = "auto" if kind == "cartpole_numpy" else "sync"
         trainer = make_trainer(["+experiment=ppo_cartpole", f"env.vectorize={vec}", *common])
@@ -49,7 +53,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=64, help="env steps per copy per sample() call")
     args = ap.parse_args()
-    kinds = ["multi_cartpole", "cartpole_numpy", "cartpole_sync"]
+    kinds = ["multi_cartpole", "multi_cartpole_sync", "cartpole_numpy", "cartpole_sync"]
     rows = []
     for copies in args.copies:
         trainers = {k: make_worker(k, copies, args.steps) for k in kinds}
@@ -67,7 +71,7 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in rates.items()}
         row = {"copies": copies, **{f"{k}_agent_steps_per_s": round(v) for k, v in med.items()},
                "multi_vs_numpy": round(med["multi_cartpole"] / med["cartpole_numpy"], 3),
-               "multi_vs_sync": round(med["multi_cartpole"] / med["cartpole_sync"], 3)}
+               "multi_sync_vs_sync": round(med["multi_cartpole_sync"] / med["cartpole_sync"], 3)}
         rows.append(row)
         print(row, flush=True)
     out = HERE / "results"
@@ -76,12 +80,14 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = ["| env copies | multi_cartpole (4 agents) | CartPole numpy-vectorised | CartPole sync | "
-             "multi / numpy | multi / sync |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| env copies | multi_cartpole, numpy (4 agents) | multi_cartpole, sync | CartPole, numpy | "
+             "CartPole, sync | multi / single (numpy) | multi / single (sync) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['copies']} | {r['multi_cartpole_agent_steps_per_s']:,} | "
+                     f"{r['multi_cartpole_sync_agent_steps_per_s']:,} | "
                      f"{r['cartpole_numpy_agent_steps_per_s']:,} | {r['cartpole_sync_agent_steps_per_s']:,} | "
-                     f"{r['multi_vs_numpy']:.2f} | {r['multi_vs_sync']:.2f} |")
+                     f"{r['multi_vs_numpy']:.2f} | {r['multi_sync_vs_sync']:.2f} |")
     (out / "latest.md").write_text("\n".join(lines) + f"\n\nagent steps/s, median of {args.rounds} rounds of "
                                    f"sample() with {args.steps} env steps per copy\n")
     import matplotlib
