@@ -44,6 +44,9 @@ def _composition_line(text: str) -> str:
         key = m[1]
         section, _, leaf = key.rpartition(".")
         known = known_keys(section)
+        if leaf in known:  # an existing mapping (multiagent.policies, env.kwargs): Hydra will not merge new keys in
+            return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
+                    f"or add one entry with +{key}.<name>=<value>")
         hint = suggest(leaf, known) if known else ""
         valid = f" Valid keys for {section or 'the config'}: {', '.join(known)}." if known else ""
         return (f"{key}: unknown key{hint}.{valid} To add a key that is not in the config use "
