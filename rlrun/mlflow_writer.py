@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from rlrun import writer_messages as msg
@@ -304,9 +305,40 @@ def _on_metrics(run: _Run, job: msg.Metrics) -> bool:
 
 
 def _on_artifacts(run: _Run, job: msg.Artifacts) -> bool:
-    run.client.log_artifacts(run.id, job.local_dir, job.artifact_path)
+    if not _link_into_local_store(run, job.local_dir, job.artifact_path):
+        run.client.log_artifacts(run.id, job.local_dir, job.artifact_path)
     run.reply(msg.Uploaded(job.local_dir))
     return False
+
+
+def _link_into_local_store(run: _Run, local_dir: str, artifact_path: str | None) -> bool:
+    """A checkpoint into a local artifact store (the default ``mlartifacts/``) as hard links: the run
+    dir and MLflow then share one copy on disk instead of two (checkpoint files are written once,
+    atomically, and never changed). False - upload as usual - for remote stores, another file
+    system, or links that fail."""
+    import os
+    import shutil
+    from urllib.parse import unquote, urlparse
+
+    uri = run.client.get_run(run.id).info.artifact_uri
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return False
+    dest = Path(unquote(parsed.path)) / (artifact_path or "")
+    if not artifact_path or dest.exists():
+        return False
+    staging = dest.with_name(dest.name + ".linking")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if os.stat(local_dir).st_dev != os.stat(dest.parent).st_dev:
+            return False
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(local_dir, staging, copy_function=os.link)
+        staging.rename(dest)  # the checkpoint appears whole or not at all
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    return True
 
 
 def _on_artifact(run: _Run, job: msg.Artifact) -> bool:

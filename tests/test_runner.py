@@ -117,5 +117,11 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
     assert not {"output_dir", "progress", "torch_threads"} & set(run.data.params)
     assert "train/loss/kl" not in run.data.metrics and "train/loss/policy" in run.data.metrics  # no flat-zero charts
     assert run.data.tags["rlrun.output_dir"] == s["output"]
+    # the checkpoint is on disk once: MLflow's local artifact store holds hard links to the run dir's files
+    local = Path(s["checkpoint"]) / "policy.pt"
+    stored = tmp_path / "mlartifacts" / run.info.run_id / "artifacts" / "checkpoints" / local.parent.name / "policy.pt"
+    assert stored.stat().st_ino == local.stat().st_ino and local.stat().st_nlink == 2
+    assert f"checkpoints/{local.parent.name}/policy.pt" in {
+        a.path for a in client.list_artifacts(run.info.run_id, f"checkpoints/{local.parent.name}")}
     first = min(m.timestamp for m in client.get_metric_history(run.info.run_id, "timesteps_total"))
     assert run.info.start_time <= first  # the run's duration covers its training
