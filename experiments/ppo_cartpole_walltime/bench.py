@@ -6,6 +6,7 @@ Writes results/<timestamp>.csv, results/latest.md and results/latest.png.
 
     python experiments/ppo_cartpole_walltime/bench.py --seeds 0 1 2 --repeats 1
     python experiments/ppo_cartpole_walltime/bench.py --before /path/to/older/checkout   # before/after
+    python experiments/ppo_cartpole_walltime/bench.py --preset pg_cartpole --before ...  # another preset
 
 ``--before DIR`` also runs the rlrun found in DIR (a checkout with ``rlrun/conf`` linked to its
 ``conf``), interleaved with this one (before, after, before, after, ...), so both see the same
@@ -34,11 +35,11 @@ SUMMARY = re.compile(r"^rlrun: stopped: (.*?)(?: \(target met\))?\n"
 REPO = HERE.parents[1]
 
 
-def one_run(seed: int, extra: list[str], code_dir: Path = REPO) -> dict[str, object]:
+def one_run(seed: int, extra: list[str], code_dir: Path = REPO, preset: str = "ppo_cartpole") -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     with tempfile.TemporaryDirectory(prefix="rlrun-bench-") as d:
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", f"seed={seed}", *extra],
+        p = subprocess.run([sys.executable, "-m", "rlrun", f"+experiment={preset}", f"seed={seed}", *extra],
                            cwd=d, capture_output=True, text=True, timeout=900, env=env)
         wall = time.perf_counter() - t0
     if p.returncode != 0:
@@ -59,6 +60,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--before", type=Path, help="an older checkout to run interleaved with this one")
+    ap.add_argument("--preset", default="ppo_cartpole", help="the +experiment preset to run")
     ap.add_argument("overrides", nargs="*", help="extra rlrun overrides")
     args = ap.parse_args()
     versions = [("before", args.before), ("after", REPO)] if args.before else [("this", REPO)]
@@ -66,7 +68,7 @@ def main() -> None:
     for rep in range(args.repeats):
         for seed in args.seeds:
             for name, code_dir in versions:
-                r = {"version": name, **one_run(seed, args.overrides, code_dir)}
+                r = {"version": name, **one_run(seed, args.overrides, code_dir, args.preset)}
                 r["repeat"] = rep
                 rows.append(r)
                 print(r, flush=True)
@@ -90,7 +92,9 @@ def main() -> None:
         b = statistics.median(r["wall_s"] for r in rows if r["version"] == "before")
         lines.append(f"\nafter / before: **{med / b:.2f}**")
     lines.append(f"\n(overrides: {' '.join(args.overrides) or 'none'}; python {sys.version.split()[0]})")
-    (out / "latest.md").write_text("\n".join(lines) + "\n")
+    tag = "" if args.preset == "ppo_cartpole" else f"_{args.preset}"
+    lines.append(f"(preset: {args.preset})")
+    (out / f"latest{tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     import matplotlib
 
@@ -107,10 +111,10 @@ def main() -> None:
     ax.axhline(15, ls=":", c="red", label="aim: 15 s")
     ax.set_xlabel("env steps to stop")
     ax.set_ylabel("whole-process wall time (s)")
-    ax.set_title("rlrun +experiment=ppo_cartpole (CartPole-v1, target 475)")
+    ax.set_title(f"rlrun +experiment={args.preset}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "latest.png", dpi=100)
+    fig.savefig(out / f"latest{tag}.png", dpi=100)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ PRESETS: dict[str, list[str]] = {
     "ppo_pendulum": ["+experiment=ppo_pendulum"],
     "appo_cartpole": ["+experiment=appo_cartpole"],
     "ppo_cartpole_ray2": ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2"],
+    # multi-agent: the return is an episode's summed over all agents
+    "ppo_multi_cartpole": ["+experiment=ppo_multi_cartpole"],
+    "ppo_rps": ["+experiment=ppo_rps"],
+    "ppo_simple_spread": ["+experiment=ppo_simple_spread"],
 }
 
 
