@@ -84,7 +84,7 @@ def test_cfg_job_shows_the_presets_experiment_name(cli):
 def test_verbose_flag_is_rlruns_and_long_floats_are_shortened_for_display(cli, monkeypatch):
     from rlrun.console import VERBOSE_ENV, short_floats, take_verbose_flag
 
-    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    monkeypatch.setenv(VERBOSE_ENV, "0")  # recorded, so the "1" set below does not leak into later tests
     assert take_verbose_flag(["-v", "algo=pg", "--verbose"]) == ["algo=pg"]
     import os
 

@@ -112,6 +112,15 @@ def test_the_cli_refuses_a_mapping_to_an_unknown_policy_in_one_line(cli):
                         "policies: p0, p1"), lines
 
 
+def test_the_cli_refuses_uncovered_agents_before_anything_starts(cli, tmp_path):
+    p = cli("+experiment=ppo_multi_cartpole", "++multiagent.policy_mapping={p0: [agent_0], p1: [agent_1]}")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0].startswith("rlrun: error: multiagent.policy_mapping: no pattern covers agent 'agent_2'"), lines
+    # before compute: no MLflow store, no checkpoint (Hydra has made its run directory, nothing more)
+    assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob("outputs/*/*/checkpoints"))
+
+
 def test_each_agent_is_one_trajectory_with_its_own_ends_and_bootstrap(tmp_path):
     # 2 env copies x 8 steps of fragment: episodes last 5 steps, then one reset step (no rows)
     cfg = _cfg("algo.train_batch_size=16", "rollout.num_envs_per_worker=2", "rollout.rollout_fragment_length=8",

@@ -173,7 +173,7 @@ def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus
                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout + p.stderr  # each job's lines in full, without Ray's folding or colour codes
-    assert "repeated" not in out and "\x1b[" not in out and "Started a local Ray" not in out, out[-3000:]
+    assert "[repeated" not in out and "\x1b[" not in out and "Started a local Ray" not in out, out[-3000:]
     assert out.count(": rollout/episode_return_mean = ") == 2, out[-3000:]
     _, children = _sweep_runs(_store(tmp_path))
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
