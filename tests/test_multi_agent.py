@@ -112,11 +112,34 @@ def test_the_cli_refuses_a_mapping_to_an_unknown_policy_in_one_line(cli):
                         "policies: p0, p1"), lines
 
 
-def test_the_cli_refuses_uncovered_agents_before_anything_starts(cli, tmp_path):
-    p = cli("+experiment=ppo_multi_cartpole", "++multiagent.policy_mapping={p0: [agent_0], p1: [agent_1]}")
+ODD_SPACES_PLUGIN = """
+import numpy as np
+from gymnasium import spaces
+from rlrun.registry import ENVS
+from rlrun.multi_agent import MultiCartPole
+
+class OddCartPole(MultiCartPole):  # agent_1 sees one more number than the others
+    def observation_space(self, agent):
+        return spaces.Box(-np.inf, np.inf, (5,), np.float32) if agent == "agent_1" else super().observation_space(agent)
+
+ENVS.add("odd_cartpole", OddCartPole, multi_agent=True)
+"""
+
+
+@pytest.mark.parametrize("args, start", [
+    (["+experiment=ppo_multi_cartpole", "++multiagent.policy_mapping={p0: [agent_0], p1: [agent_1]}"],
+     "multiagent.policy_mapping: no pattern covers agent 'agent_2'"),
+    (["+experiment=ppo_rps", "multiagent.policies_to_train=[learned,always_same]"],
+     "multiagent.policies_to_train: 'always_same' is a heuristic (always_same) and cannot be trained"),
+    (["+experiment=ppo_multi_cartpole", "env.id=odd_cartpole", "plugins=[odd_spaces]"],
+     "multiagent.policy_mapping: agents 'agent_1' and 'agent_3' share policy 'p1' but their spaces differ"),
+])
+def test_the_cli_refuses_bad_multi_agent_configs_before_anything_starts(cli, tmp_path, args, start):
+    (tmp_path / "odd_spaces.py").write_text(ODD_SPACES_PLUGIN)
+    p = cli(*args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
-    assert lines[0].startswith("rlrun: error: multiagent.policy_mapping: no pattern covers agent 'agent_2'"), lines
+    assert lines[0].startswith(f"rlrun: error: {start}"), lines
     # before compute: no MLflow store, no checkpoint (Hydra has made its run directory, nothing more)
     assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob("outputs/*/*/checkpoints"))
 
