@@ -13,7 +13,6 @@ fragment, and each agent's trajectory is one column of it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,12 +24,12 @@ from rlrun.batch import MultiAgentBatch, SampleBatch
 from rlrun.ma_vector import make_vector_multi_agent_env
 from rlrun.multi_agent import policy_spaces
 from rlrun.plugins import load_plugins
-from rlrun.workers import VALID, EpisodeStats, WorkerSpec, flatten_fragment
+from rlrun.workers import VALID, EpisodeStats, WorkerBase, WorkerSpec, flatten_fragment
 
 SB = SampleBatch
 
 
-class MultiAgentRolloutWorker:
+class MultiAgentRolloutWorker(WorkerBase):
     """Samples fragments of ``rollout_fragment_length`` env steps (or agent steps, with
     ``multiagent.count_steps_by: agent_steps``) per env copy; returns a MultiAgentBatch."""
 
@@ -154,26 +153,6 @@ class MultiAgentRolloutWorker:
         self._ep_len[c] = 0
         self._eps_id[c] = self._id_base + self._next_eps
         self._next_eps += 1
-
-    def sample_with_metrics(self) -> tuple[MultiAgentBatch, EpisodeStats]:
-        return self.sample(), self.get_metrics()
-
-    def get_pid(self) -> int:
-        return os.getpid()
-
-    def get_metrics(self) -> EpisodeStats:
-        out, self._episodes = self._episodes, EpisodeStats([], [], {})
-        return out
-
-    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
-
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
-        for pid, w in weights.items():
-            policy = self.policy_map[pid]
-            policy.set_weights(w)
-            if global_timestep is not None:
-                policy.global_timestep = global_timestep
 
     def stop(self) -> None:
         self.env.close()

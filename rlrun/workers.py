@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -90,7 +90,42 @@ class WorkerSpec:
     launch_dir: str | None = None  # where plugin modules are looked up
 
 
-class RolloutWorker:
+class WorkerBase:
+    """What every rollout worker (single- or multi-agent, local or a Ray actor) answers besides
+    ``sample()``: episodes finished since the last call, and its policies' weights."""
+
+    policy_map: PolicyMap
+    _episodes: EpisodeStats
+
+    def sample(self) -> Any:
+        raise NotImplementedError
+
+    def sample_with_metrics(self) -> tuple[Any, EpisodeStats]:
+        """``sample()`` plus the episodes completed meanwhile: one round trip for a remote worker."""
+        return self.sample(), self.get_metrics()
+
+    def get_pid(self) -> int:
+        return os.getpid()
+
+    def get_metrics(self) -> EpisodeStats:
+        """Episodes completed since the last call (and forget them)."""
+        out, self._episodes = self._episodes, EpisodeStats([], [], {})
+        return out
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{policy_id: weights}`` of every policy on this worker."""
+        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
+        """New weights per policy id, and the learner's env-step count (it drives schedules such as epsilon)."""
+        for pid, w in weights.items():
+            policy = self.policy_map[pid]
+            policy.set_weights(w)
+            if global_timestep is not None:
+                policy.global_timestep = global_timestep
+
+
+class RolloutWorker(WorkerBase):
     """Samples fragments of ``rollout_fragment_length`` steps per sub-env with batched inference."""
 
     def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], PolicyMap]) -> None:
@@ -227,31 +262,6 @@ class RolloutWorker:
         n = self.num_envs
         self._eps_id = self._id_base + self._next_eps + np.arange(n, dtype=np.int64)
         self._next_eps += n
-
-    def sample_with_metrics(self) -> tuple[SampleBatch, EpisodeStats]:
-        """``sample()`` plus the episodes completed meanwhile: one round trip for a remote worker."""
-        return self.sample(), self.get_metrics()
-
-    def get_pid(self) -> int:
-        return os.getpid()
-
-    # ------------------------------------------------------------------ metrics / weights
-    def get_metrics(self) -> EpisodeStats:
-        """Episodes completed since the last call (and forget them)."""
-        out, self._episodes = self._episodes, EpisodeStats([], [])
-        return out
-
-    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        """``{policy_id: weights}`` of every policy on this worker."""
-        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
-
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
-        """New weights per policy id, and the learner's env-step count (it drives schedules such as epsilon)."""
-        for pid, w in weights.items():
-            policy = self.policy_map[pid]
-            policy.set_weights(w)
-            if global_timestep is not None:
-                policy.global_timestep = global_timestep
 
     def stop(self) -> None:
         self.env.close()
