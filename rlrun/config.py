@@ -17,7 +17,7 @@ from rlrun.domains import check_domains, check_memory
 from rlrun.errors import suggest
 from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
-from rlrun.multi_agent_config import check_multi_agent_config
+from rlrun.multi_agent_config import check_multi_agent_config, learned_policies
 from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
@@ -276,7 +276,7 @@ def known_stop_keys(cfg: RunConfig) -> list[str]:
     algo = ALGOS.get(cfg.algo.name)
     loss = LOSSES.entry(cfg.loss.name)
     ma = cfg.multiagent
-    learned = [pid for pid, p in ma.policies.items() if p.heuristic is None]
+    learned = learned_policies(cfg)
     metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()), ma.policies,
                                learned)
     return sorted({*STOP_COUNTERS, *metrics})

@@ -21,7 +21,6 @@ from torch import nn
 from rlrun.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from rlrun.config import ConfigError, RunConfig, build_config
 from rlrun.distributions import ActionDistribution
-from rlrun.envs import make_vector_env
 from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, Policy
 from rlrun.workers import PolicyFactory
@@ -47,18 +46,7 @@ def load_policies(path: str | Path, launch_dir: str | Path | None = None) -> dic
         cfg = build_config(dict(ckpt.config))
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {path}: its config.yaml is not valid for this rlrun: {e}") from None
-    if cfg.multiagent.policies:
-        from rlrun.multi_agent import make_multi_agent_env, policy_spaces
-
-        ma_env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
-        spaces = policy_spaces(cfg, ma_env)[2]
-        ma_env.close()
-        policies = PolicyFactory(cfg, launch).multi_agent(spaces)
-    else:
-        env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
-        spaces = {DEFAULT_POLICY_ID: (env.single_observation_space, env.single_action_space)}
-        env.close()
-        policies = PolicyFactory(cfg, launch)(*spaces[DEFAULT_POLICY_ID])
+    policies, spaces = PolicyFactory(cfg, launch).build()
     out = {}
     for pid, policy in policies.items():
         try:

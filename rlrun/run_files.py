@@ -35,7 +35,6 @@ def default_output_dir(launch: Path) -> Path:
 def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path) -> None:
     """Load the checkpoint's state into policies built from ``cfg`` (no workers, no Ray) and check its
     counters, so that a checkpoint that cannot be resumed is refused before anything starts."""
-    from rlrun.envs import make_vector_env
     from rlrun.workers import make_policy_factory
 
     state = ckpt.state
@@ -43,17 +42,7 @@ def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path
         counters = state["counters"]
         for key in STOP_COUNTERS:
             float(counters[key])
-        if cfg.multiagent.policies:
-            from rlrun.multi_agent import make_multi_agent_env, policy_spaces
-
-            ma_env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
-            policies = make_policy_factory(cfg, launch).multi_agent(policy_spaces(cfg, ma_env)[2])
-            ma_env.close()
-        else:
-            env = make_vector_env(cfg.env.id, 1, cfg.env.kwargs, cfg.env.vectorize)
-            spaces = env.single_observation_space, env.single_action_space
-            env.close()
-            policies = make_policy_factory(cfg, launch)(*spaces)
+        policies = make_policy_factory(cfg, launch).build()[0]
         for pid, policy in policies.items():
             policy.set_state(state["policies"][pid])
         _ = (state["episodes"]["returns"], state["rng"]["torch"])  # present

@@ -46,6 +46,24 @@ class PolicyFactory:
         spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed)
         return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
 
+    def build(self) -> tuple[PolicyMap, dict[str, tuple[gym.Space, gym.Space]]]:
+        """The run's policies, with their spaces read from one env copy (outside a worker: exports,
+        resume checks). Returns the policy map and ``{policy_id: (obs space, action space)}``."""
+        c = self.cfg
+        if c.multiagent.policies:
+            from rlrun.multi_agent import make_multi_agent_env, policy_spaces
+
+            ma_env = make_multi_agent_env(c.env.id, c.env.kwargs)
+            try:
+                spaces = policy_spaces(c, ma_env)[2]
+            finally:
+                ma_env.close()
+            return self.multi_agent(spaces), spaces
+        env = make_vector_env(c.env.id, 1, c.env.kwargs, c.env.vectorize)
+        spaces = {DEFAULT_POLICY_ID: (env.single_observation_space, env.single_action_space)}
+        env.close()
+        return self(*spaces[DEFAULT_POLICY_ID]), spaces
+
     def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
         """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
         policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
