@@ -71,6 +71,8 @@ class EnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
     # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync)
     vectorize: Literal["auto", "vector_entry_point", "sync"] = "auto"
+    # gymnasium wrappers, applied in order: a name or {name: <wrapper>, <argument>: <value>} (rlrun/wrappers.py)
+    wrappers: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -257,8 +259,11 @@ def _check_names(cfg: RunConfig) -> None:
 
     algo = ALGOS.get(cfg.algo.name)
     loss = LOSSES.entry(cfg.loss.name)
+    from rlrun.wrappers import parse_wrappers
+
     try:
         check_env_id(cfg.env.id)
+        parse_wrappers(cfg.env.wrappers)
     except RegistryError as e:
         raise ConfigError(str(e)) from None
     provided = set(algo.provides_columns)  # the loss needs columns that the algo's postprocessing produces

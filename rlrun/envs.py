@@ -7,18 +7,43 @@ SyncVectorEnv). Vector envs must use gymnasium's default next-step autoreset; se
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlrun.errors import PluginError
 from rlrun.registry import ENVS, RegistryError, suggest
+from rlrun.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
+
+if TYPE_CHECKING:
+    from rlrun.config import EnvConfig
+
+# gymnasium ids that another package registers when imported (the package is imported on first use)
+ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+
+def _import_env_package(env_id: str) -> None:
+    """``module:EnvId`` (gymnasium's own syntax) or a known prefix: import the package that registers it."""
+    module = env_id.split(":", 1)[0] if ":" in env_id else \
+        next((m for prefix, m in ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+    if module is None or env_id.startswith("pettingzoo:"):
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise RegistryError(f"env.id: '{env_id}' needs the {module} package, which cannot be imported ({e}); "
+                            f"pip install {module}") from None
 
 
 def check_env_id(env_id: str) -> None:
     """Fail with known names if ``env_id`` is neither registered with rlrun nor with gymnasium."""
-    if env_id in ENVS or env_id in gym.registry or env_id.startswith("pettingzoo:"):
+    if env_id in ENVS or env_id.startswith("pettingzoo:"):
+        return
+    _import_env_package(env_id)
+    if env_id in gym.registry or (":" in env_id and env_id.split(":", 1)[1] in gym.registry):
         return
     gym_ids = sorted(gym.registry)
     known = ENVS.names() + gym_ids
@@ -29,47 +54,82 @@ def check_env_id(env_id: str) -> None:
     )
 
 
+def env_from_config(env: EnvConfig, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the configured env (its kwargs, vectorisation and wrappers)."""
+    return make_vector_env(env.id, num_envs, env.kwargs, env.vectorize, env.wrappers)
+
+
 def make_vector_env(
-    env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None, vectorize: str = "auto"
+    env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None, vectorize: str = "auto",
+    wrappers: Sequence[Any] = (),
 ) -> gym.vector.VectorEnv:
-    """Build ``num_envs`` copies of ``env_id`` stepped as one vector env.
+    """Build ``num_envs`` copies of ``env_id`` stepped as one vector env, wrapped by ``wrappers``
+    (``env.wrappers`` entries, see rlrun/wrappers.py).
 
     ``vectorize='auto'`` uses the env's own numpy-vectorised implementation when gymnasium has one
-    (CartPole-v1: ~10x faster than stepping Python envs in a loop) and a SyncVectorEnv otherwise.
+    (CartPole-v1: ~10x faster than stepping Python envs in a loop) and a SyncVectorEnv otherwise;
+    with wrappers, only when every one of them has a vector form.
     """
     kwargs = dict(kwargs or {})
     check_env_id(env_id)
+    specs = parse_wrappers(wrappers)
+    vector_ok = all_vectorised(specs)
     if env_id in ENVS:
         entry = ENVS.entry(env_id)
         try:
             if entry.info.get("vector", True):
-                return entry.obj(num_envs, **kwargs)
+                if not vector_ok:
+                    raise RegistryError(f"{_single_only(specs)} has no vector form, and rlrun env '{env_id}' is a "
+                                        "vector env; use wrappers that have one (mask_observation, clip_reward, "
+                                        "flatten_observation) or register the env with vector=False")
+                return wrap_vector_env(entry.obj(num_envs, **kwargs), specs)
             creator = entry.obj
-            return gym.vector.SyncVectorEnv([lambda: creator(**kwargs) for _ in range(num_envs)])
+            return gym.vector.SyncVectorEnv([lambda: wrap_env(creator(**kwargs), specs) for _ in range(num_envs)])
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
     spec = gym.spec(env_id)
     mode = vectorize
     if mode == "auto":
-        mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+        mode = "vector_entry_point" if spec.vector_entry_point is not None and vector_ok else "sync"
+    elif mode == "vector_entry_point" and not vector_ok:
+        raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=vector_entry_point every "
+                            "wrapper needs one (use env.vectorize=auto or sync)")
     try:
-        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+        if mode == "vector_entry_point":
+            return wrap_vector_env(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs), specs)
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, wrappers=single_env_wrappers(specs),
+                            **kwargs)
     except TypeError as e:
         raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
 
 
-def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str = "auto", steps: int = 3) -> None:
+def _single_only(specs: Sequence[Any]) -> str:
+    s = next(s for s in specs if not all_vectorised([s]))
+    return f"{s.key}: wrapper '{s.name}'"
+
+
+def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str = "auto", steps: int = 3,
+              wrappers: Sequence[Any] = ()) -> tuple[gym.Space, gym.Space]:
     """Build one copy of the env, reset it and take a few random steps, checking the gymnasium API
     (5-tuple steps, observations of the declared shape, one scalar reward per sub-env) before any
-    training starts. Raises ``PluginError`` naming the env and what is wrong."""
+    training starts. Raises ``PluginError`` naming the env and what is wrong. Returns the (single)
+    observation and action spaces."""
     try:
-        env = make_vector_env(env_id, 1, kwargs, vectorize)
+        env = make_vector_env(env_id, 1, kwargs, vectorize, wrappers)
     except RegistryError:
         raise
     except Exception as e:
-        raise PluginError(f"env.id: creating {env_id} with {kwargs or {}} failed: {_line(e)}") from None
+        what = "env.wrappers" if wrappers else "env.id"
+        raise PluginError(f"{what}: creating {env_id} with {kwargs or {}}{' and its wrappers' if wrappers else ''} "
+                          f"failed: {_line(e)}") from None
     try:
         _probe(env, f"{env_id} (env.kwargs {kwargs})" if kwargs else env_id, steps)
+        obs_space = env.single_observation_space
+        if not isinstance(obs_space, gym.spaces.Box | gym.spaces.Discrete):
+            raise PluginError(f"env.id: {env_id} has a {type(obs_space).__name__} observation space; rlrun's models take Box or "
+                              "Discrete observations: add a wrapper (env.wrappers: [flatten_observation], or "
+                              "[minigrid_image] for MiniGrid)")
+        return obs_space, env.single_action_space
     finally:
         env.close()
 

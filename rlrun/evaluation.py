@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.config import EnvConfig
-from rlrun.envs import make_vector_env
+from rlrun.envs import env_from_config
 from rlrun.policy import Policy
 
 EVAL_SEED_OFFSET = 10_000_019
@@ -38,7 +38,7 @@ def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: in
     """Run ``num_episodes`` greedy episodes; ``env`` (optional) is reused across calls."""
     n = max(1, min(num_envs, num_episodes))
     own = env is None
-    env = env or make_vector_env(env_cfg.id, n, env_cfg.kwargs, env_cfg.vectorize)
+    env = env or env_from_config(env_cfg, n)
     n = env.num_envs
     quota = np.array([num_episodes // n + (i < num_episodes % n) for i in range(n)])
     box = isinstance(env.single_action_space, gym.spaces.Box)

@@ -292,6 +292,16 @@ def average_stats(per_step: list[dict[str, float]]) -> dict[str, float]:
     return {k: v / counts[k] for k, v in sums.items()}
 
 
+def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> None:
+    """Build the configured model once for these spaces and check its output, before a run starts:
+    a model config that cannot fit the observations (conv_filters shrinking the image away) or a
+    plugin model returning the wrong shapes fails here with one line."""
+    dist_name = getattr(model_cfg, "action_dist", None) or default_distribution(action_space)
+    num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
+    model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
+    _check_model_output(model, PolicySpec(obs_space, action_space, AlgoConfig(), LossConfig(), model_cfg), num_outputs)
+
+
 def _check_model_output(model: nn.Module, spec: PolicySpec, num_outputs: int) -> None:
     """One forward pass on a sample observation: the model must return ModelOutput(dist_inputs [B,
     num_outputs], values [B]) - else one line naming the model and the shapes, before training."""

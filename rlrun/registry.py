@@ -1,4 +1,5 @@
-"""Name -> object registries: algos, losses, models, envs, action distributions, optimizers.
+"""Name -> object registries: algos, losses, models, envs, env wrappers, action distributions,
+optimizers, heuristic policies, policy mappings, callbacks.
 
 YAML names objects (``algo: {name: ppo}``, ``loss: {name: ppo_clip}``); this module turns names into
 objects. A leaf: it imports nothing of rlrun's but the error helpers. Built-in entries register when
@@ -103,3 +104,5 @@ DISTRIBUTIONS: Registry[Any] = Registry("action distribution")
 OPTIMIZERS: Registry[Any] = Registry("optimizer")
 HEURISTICS: Registry[Any] = Registry("heuristic policy")  # non-learning policies for multi-agent runs
 POLICY_MAPPINGS: Registry[Any] = Registry("policy mapping function")  # agent id -> policy id
+WRAPPERS: Registry[Any] = Registry("env wrapper")  # gymnasium wrappers for env.wrappers
+CALLBACKS: Registry[Any] = Registry("callbacks")  # Callbacks subclasses for `callbacks: [...]`

@@ -31,6 +31,7 @@ from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.plugins import load_plugins
+from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
 from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.run_files import (
@@ -156,7 +157,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     if cfg.multiagent.policies:  # env API mistakes, agents no policy covers, spaces: one line, before anything starts
         probe_multi_agent_env(cfg)
     else:
-        probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize)
+        spaces = probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize, wrappers=cfg.env.wrappers)
+        check_model_fits(cfg.model, *spaces)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

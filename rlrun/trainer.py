@@ -23,7 +23,7 @@ import torch
 from rlrun.algorithm import LearnContext, get_algorithm
 from rlrun.batch import MultiAgentBatch, concat_samples
 from rlrun.config import RunConfig
-from rlrun.envs import make_vector_env
+from rlrun.envs import env_from_config
 from rlrun.evaluation import EvalResult, evaluate
 from rlrun.metrics import EPISODE_WINDOW, per_policy
 from rlrun.multi_agent_config import policies_to_train
@@ -162,7 +162,7 @@ class Trainer:
         if self._eval_env is None:
             n = max(1, min(ev.num_envs, ev.num_episodes))
             e = self.cfg.env
-            self._eval_env = make_vector_env(e.id, n, e.kwargs, e.vectorize)
+            self._eval_env = env_from_config(e, n)
         return evaluate(self.policy, self.cfg.env, ev.num_episodes, ev.num_envs, self.cfg.seed, self._eval_env)
 
     def _add_episodes(self, returns: Iterable[float], lengths: Iterable[int]) -> None:

@@ -21,7 +21,7 @@ import torch
 from rlrun.algorithm import get_algorithm
 from rlrun.batch import SampleBatch
 from rlrun.config import EnvConfig, RolloutConfig, RunConfig
-from rlrun.envs import make_vector_env
+from rlrun.envs import env_from_config
 from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
 from rlrun.postprocessing import fragment_ends as fragment_ends  # re-exported
@@ -59,7 +59,7 @@ class PolicyFactory:
             finally:
                 ma_env.close()
             return self.multi_agent(spaces), spaces
-        env = make_vector_env(c.env.id, 1, c.env.kwargs, c.env.vectorize)
+        env = env_from_config(c.env, 1)
         spaces = {DEFAULT_POLICY_ID: (env.single_observation_space, env.single_action_space)}
         env.close()
         return self(*spaces[DEFAULT_POLICY_ID]), spaces
@@ -154,7 +154,7 @@ class RolloutWorker(WorkerBase):
         self.num_envs = int(r.num_envs_per_worker)
         self.fragment_length = int(r.rollout_fragment_length)
         self.complete_episodes = r.batch_mode == "complete_episodes"
-        self.env = make_vector_env(spec.env.id, self.num_envs, spec.env.kwargs, spec.env.vectorize)
+        self.env = env_from_config(spec.env, self.num_envs)
         self.obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
         self._box = isinstance(self.action_space, gym.spaces.Box)

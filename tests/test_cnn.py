@@ -1,0 +1,76 @@
+"""model=cnn: image layouts (HWC, CHW, HW, frame stacks), conv arithmetic refused before compute,
+and the MiniGrid preset's learning test."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlrun.cnn import CNNConfig, CNNModel, check_cnn_config
+from rlrun.schema import ConfigError
+
+from .conftest import run_summary
+
+
+@pytest.mark.parametrize("shape, order, channels", [
+    ((7, 7, 3), "auto", 3), ((3, 7, 7), "auto", 3), ((7, 7), "auto", 1), ((4, 7, 7, 3), "auto", 12),
+    ((9, 9, 2), "hwc", 2), ((2, 9, 9), "chw", 2),
+])
+def test_cnn_reads_every_image_layout(shape, order, channels):
+    space = gym.spaces.Box(0, 255, shape, np.uint8)
+    m = CNNModel(space, gym.spaces.Discrete(5), 5, CNNConfig(channel_order=order))
+    assert m.torso[0][0].in_channels == channels
+    out = m(torch.as_tensor(np.stack([space.sample() for _ in range(6)])))
+    assert out.dist_inputs.shape == (6, 5) and out.values.shape == (6,)
+
+
+def test_hwc_layout_is_a_permutation_not_a_reshape():
+    """The same image given as HWC and as CHW must give the same outputs with the same weights."""
+    hwc = gym.spaces.Box(0, 255, (6, 5, 3), np.uint8)
+    chw = gym.spaces.Box(0, 255, (3, 6, 5), np.uint8)
+    a = CNNModel(hwc, gym.spaces.Discrete(2), 2, CNNConfig(channel_order="hwc"))
+    b = CNNModel(chw, gym.spaces.Discrete(2), 2, CNNConfig(channel_order="chw"))
+    b.load_state_dict(a.state_dict())
+    img = torch.as_tensor(np.stack([hwc.sample() for _ in range(3)]))
+    torch.testing.assert_close(a(img).dist_inputs, b(img.permute(0, 3, 1, 2)).dist_inputs)
+
+
+def test_uint8_images_are_scaled_and_a_separate_value_torso_exists_on_request():
+    space = gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)
+    m = CNNModel(space, gym.spaces.Discrete(3), 3, CNNConfig(vf_share_layers=False))
+    img = torch.as_tensor(space.sample())[None]
+    torch.testing.assert_close(m(img).values, m(img.float() / 255.0).values)
+    assert m.vf_torso is not None
+
+
+def test_conv_filters_that_shrink_the_image_away_are_refused():
+    space = gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)
+    with pytest.raises(ConfigError, match=r"model.conv_filters: .* shrink the 3x3 image below 1x1 at layer 2"):
+        CNNModel(space, gym.spaces.Discrete(3), 3, CNNConfig(conv_filters=[[8, 3, 1], [8, 3, 1], [8, 4, 1]]))
+    assert "conv_filters[1]: expected [out_channels, kernel, stride]" in check_cnn_config(
+        CNNConfig(conv_filters=[[8, 3, 1], [8, 0, 1]]))
+    with pytest.raises(ConfigError, match="cnn needs image observations"):
+        CNNModel(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), 2, CNNConfig())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["model=cnn", "model.conv_filters=[[8,4,2],[8,4,2]]"], "model.conv_filters: [[8, 4, 2], [8, 4, 2]] shrink"),
+    (["model=cnn", "model.conv_filters=[[8,4]]"], "model.conv_filters[0]: expected [out_channels, kernel, stride]"),
+    (["model=cnn", "env.id=CartPole-v1", "env.wrappers=[]"], "cnn needs image observations"),
+])
+def test_the_cli_refuses_a_cnn_that_cannot_fit_before_compute(cli, tmp_path, args, message):
+    p = cli("+experiment=ppo_minigrid_empty", *args)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
+    assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob("outputs/*/*/checkpoints"))
+
+
+@pytest.mark.slow
+def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps(cli):
+    p = cli("+experiment=ppo_minigrid_empty", "seed=0", "tracking=none")
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = run_summary(p.stdout)
+    assert s["stopped"].startswith("rollout/episode_return_mean"), s
+    assert float(s["final"]) >= 0.85 and int(s["steps"]) <= 200_000, s
