@@ -82,7 +82,7 @@ def _conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
     for out, k, s in c.conv_filters:
         conv = nn.Conv2d(channels, out, k, s)
         nn.init.orthogonal_(conv.weight, np.sqrt(2))
-        nn.init.zeros_(conv.bias)
+        nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
         layers += [conv, ACTIVATIONS[c.conv_activation]()]
         channels = out
     return nn.Sequential(*layers, nn.Flatten())

@@ -126,9 +126,9 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
         _probe(env, f"{env_id} (env.kwargs {kwargs})" if kwargs else env_id, steps)
         obs_space = env.single_observation_space
         if not isinstance(obs_space, gym.spaces.Box | gym.spaces.Discrete):
-            raise PluginError(f"env.id: {env_id} has a {type(obs_space).__name__} observation space; rlrun's models take Box or "
-                              "Discrete observations: add a wrapper (env.wrappers: [flatten_observation], or "
-                              "[minigrid_image] for MiniGrid)")
+            raise PluginError(f"env.id: {env_id} has a {type(obs_space).__name__} observation space; rlrun's models "
+                              "take Box or Discrete observations: add a wrapper (env.wrappers: [flatten_observation], "
+                              "or [minigrid_image] for MiniGrid)")
         return obs_space, env.single_action_space
     finally:
         env.close()

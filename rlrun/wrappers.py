@@ -10,6 +10,7 @@ User code registers more: ``WRAPPERS.register("my_wrapper")`` in a ``plugins:`` 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -80,9 +81,9 @@ def wrap_vector_env(env: gym.vector.VectorEnv, specs: Sequence[WrapperSpec]) -> 
     return env
 
 
-def single_env_wrappers(specs: Sequence[WrapperSpec]) -> list[Callable[[gym.Env], gym.Env]]:
-    """The specs as gymnasium's ``make_vec(..., wrappers=[...])`` wants them."""
-    return [lambda env, s=s: WRAPPERS.get(s.name)(env, **s.kwargs) for s in specs]
+def single_env_wrappers(specs: Sequence[WrapperSpec]) -> list[Any]:
+    """The specs as gymnasium's ``make_vec(..., wrappers=[...])`` wants them: ``env -> wrapped env``."""
+    return [functools.partial(WRAPPERS.get(s.name), **s.kwargs) for s in specs]
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -92,7 +93,7 @@ def _masked_box(space: gym.Space, keep: list[int]) -> gym.spaces.Box:
     bad = [k for k in keep if not -space.shape[0] <= k < space.shape[0]]
     if bad or not keep:
         raise ValueError(f"keep={keep}: indices must be within the {space.shape[0]} observation entries")
-    return gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)  # type: ignore[arg-type]
+    return gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
 
 
 def mask_observation(env: gym.Env, keep: list[int]) -> gym.Env:
@@ -122,11 +123,13 @@ def resize_observation(env: gym.Env, shape: list[int]) -> gym.Env:
     new_space = gym.spaces.Box(0, 255, new_shape, np.uint8) if space.dtype == np.uint8 else \
         gym.spaces.Box(-np.inf, np.inf, new_shape, np.float32)
 
+    bilinear = Image.Resampling.BILINEAR
+
     def resize(o: np.ndarray) -> np.ndarray:
         if o.dtype == np.uint8:
-            return np.asarray(Image.fromarray(o).resize((w, h), Image.BILINEAR))
+            return np.asarray(Image.fromarray(o).resize((w, h), bilinear))
         chans = o[..., None] if o.ndim == 2 else o
-        out = np.stack([np.asarray(Image.fromarray(chans[..., c].astype(np.float32)).resize((w, h), Image.BILINEAR))
+        out = np.stack([np.asarray(Image.fromarray(chans[..., c].astype(np.float32)).resize((w, h), bilinear))
                         for c in range(chans.shape[-1])], axis=-1)
         return out[..., 0] if o.ndim == 2 else out
 
