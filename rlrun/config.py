@@ -17,8 +17,9 @@ from rlrun.domains import check_domains, check_memory
 from rlrun.errors import suggest
 from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
-from rlrun.multi_agent_config import check_multi_agent_config, learned_policies
-from rlrun.registry import ALGOS, LOSSES, MODELS, RegistryError
+from rlrun.multi_agent_config import MultiAgentConfig, check_multi_agent_config, learned_policies
+from rlrun.multi_agent_config import PolicyConfig as PolicyConfig  # re-exported
+from rlrun.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
@@ -95,6 +96,10 @@ class RolloutConfig:
     num_cpus_per_worker: float = 1.0
     max_worker_restarts: int = 10  # over the whole run; past it the run stops (FAILED)
     sample_timeout_s: float = 300.0  # a remote sample() slower than this counts as a dead worker
+    # none, or mean_std: running mean/std normalisation of observations (synced across workers, in
+    # checkpoints and in the exported model; frozen in evaluation)
+    observation_filter: Literal["none", "mean_std"] = "none"
+    observation_filter_clip: float = 10.0  # mean_std: normalised observations are clipped to +-this
     ray: RayConfig = field(default_factory=RayConfig)
 
 
@@ -123,31 +128,6 @@ class EvaluationConfig:
 
 
 @dataclass
-class PolicyConfig:
-    """One policy of a multi-agent run: learned (the run's algo/loss/model with these keys changed)
-    or a registered heuristic that is never trained."""
-
-    heuristic: str | None = None  # a registered non-learning policy (random, always_same, ...)
-    heuristic_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the heuristic's constructor
-    algo: dict[str, Any] = field(default_factory=dict)  # algo keys for this policy (lr, gamma, ...; same algorithm)
-    loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
-    model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
-
-
-@dataclass
-class MultiAgentConfig:
-    """Several policies, each acting for the agents mapped to it (empty ``policies``: single-agent)."""
-
-    policies: dict[str, PolicyConfig] = field(default_factory=dict)
-    # policy id -> agent id patterns (fnmatch: *, ?, [02]); patterns are tried in the order written
-    # (policy by policy) and the first match wins
-    policy_mapping: dict[str, list[str]] = field(default_factory=dict)
-    policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
-    policies_to_train: list[str] | None = None  # None: every learned policy
-    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
-
-
-@dataclass
 class RunConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -162,6 +142,7 @@ class RunConfig:
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
     stop: dict[str, float] = field(default_factory=lambda: {"timesteps_total": 100_000})
     plugins: list[str] = field(default_factory=list)  # modules imported before registries are read
+    callbacks: list[str] = field(default_factory=list)  # registered Callbacks (rlrun/callbacks.py), called in order
     output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
     torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
     progress: bool = True  # live console progress line
@@ -266,6 +247,11 @@ def _check_names(cfg: RunConfig) -> None:
         parse_wrappers(cfg.env.wrappers)
     except RegistryError as e:
         raise ConfigError(str(e)) from None
+    for i, name in enumerate(cfg.callbacks):
+        try:
+            CALLBACKS.entry(name, f"callbacks[{i}]")
+        except RegistryError as e:
+            raise ConfigError(str(e)) from None
     provided = set(algo.provides_columns)  # the loss needs columns that the algo's postprocessing produces
     missing = [c for c in loss.info.get("requires", ()) if c not in provided]
     if missing:
@@ -292,7 +278,7 @@ def _check_stop(cfg: RunConfig) -> None:
         raise ConfigError(f"stop: no stop criterion; set at least one of {', '.join(STOP_COUNTERS)}")
     known = known_stop_keys(cfg)
     for key, value in cfg.stop.items():
-        if key not in known:
+        if key not in known and not _is_custom_metric(cfg, key):
             raise ConfigError(
                 f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
                 f"{suggest(key, known)}. Stop keys: {', '.join(known)}"
@@ -301,9 +287,14 @@ def _check_stop(cfg: RunConfig) -> None:
             raise ConfigError(f"stop.{key}: must be a finite number, got {value!r}")
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
-    if cfg.objective not in known and cfg.objective != "steps_to_target":
+    if cfg.objective not in known and cfg.objective != "steps_to_target" and not _is_custom_metric(cfg, cfg.objective):
         raise ConfigError(f"objective: '{cfg.objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
                           f"{suggest(cfg.objective, known)} (or steps_to_target)")
+
+
+def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
+    """``custom/<name>_mean|_min|_max``: what callbacks report (names known only at run time)."""
+    return bool(cfg.callbacks) and key.startswith("custom/") and key.endswith(("_mean", "_min", "_max"))
 
 
 def _check_batch_arithmetic(cfg: RunConfig) -> None:
@@ -392,6 +383,8 @@ def _check_run_values(cfg: RunConfig) -> None:
          f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={cfg.evaluation.interval}, "
          f"num_episodes={cfg.evaluation.num_episodes}, num_envs={cfg.evaluation.num_envs}"),
         (cfg.torch_threads >= 1, f"torch_threads: must be at least 1, got {cfg.torch_threads}"),
+        (r.observation_filter_clip > 0, f"rollout.observation_filter_clip: must be positive, got "
+                                        f"{r.observation_filter_clip:g}"),
         (r.ray.num_cpus is None or r.ray.num_cpus >= 1,
          f"rollout.ray.num_cpus: must be at least 1 or null, got {r.ray.num_cpus}"),
         (r.ray.num_cpus is None or r.ray.address is None,

@@ -129,7 +129,7 @@ def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_fra
         while not done:
             if t % frame_skip == 0 and len(frames) < max_frames:
                 frames.append(np.asarray(env.render()))
-            action = policy.compute_actions(np.asarray(obs, dtype=np.float32)[None], explore=False).actions[0]
+            action = policy.compute_actions(policy.filter_obs(np.asarray(obs)[None]), explore=False).actions[0]
             if box:
                 action = np.clip(action, env.action_space.low, env.action_space.high)  # type: ignore[attr-defined]
             obs, reward, term, trunc, _ = env.step(action)

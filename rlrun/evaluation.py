@@ -52,7 +52,7 @@ def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: in
     lengths: list[int] = []
     try:
         while (done_count < quota).any():
-            actions = policy.compute_actions(obs, explore=False).actions
+            actions = policy.compute_actions(policy.filter_obs(obs), explore=False).actions  # frozen filter
             obs, rew, term, trunc, _ = env.step(np.clip(actions, low, high) if box else actions)
             live = ~prev_done & (done_count < quota)  # skip autoreset steps and finished sub-envs
             ret += np.where(live, rew, 0.0)

@@ -21,6 +21,7 @@ from torch import nn
 from rlrun.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from rlrun.config import ConfigError, RunConfig, build_config
 from rlrun.distributions import ActionDistribution
+from rlrun.filters import MeanStdFilter, NoFilter
 from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, Policy
 from rlrun.workers import PolicyFactory
@@ -70,17 +71,28 @@ def load_policy(path: str | Path, launch_dir: str | Path | None = None, policy_i
 
 
 class GreedyActor(nn.Module):
-    """``obs -> greedy actions`` as one module (no numpy, no RNG): exportable and servable."""
+    """``raw obs -> greedy actions`` as one module (no numpy, no RNG): exportable and servable. A
+    policy's observation filter (``rollout.observation_filter: mean_std``) is applied inside, with the
+    statistics frozen as the checkpoint saved them, so callers pass raw observations."""
 
-    def __init__(self, model: nn.Module, dist_class: type[ActionDistribution], action_space: gym.Space) -> None:
+    def __init__(self, model: nn.Module, dist_class: type[ActionDistribution], action_space: gym.Space,
+                 obs_filter: NoFilter | None = None) -> None:
         super().__init__()
         self.model = model
         self.dist_class = dist_class
         self.bounds: tuple[torch.Tensor, torch.Tensor] | None = None
         if isinstance(action_space, gym.spaces.Box):
             self.bounds = (torch.as_tensor(action_space.low), torch.as_tensor(action_space.high))
+        self.filtered = isinstance(obs_filter, MeanStdFilter)
+        if isinstance(obs_filter, MeanStdFilter):
+            mean, inv_std = obs_filter.affine()
+            self.register_buffer("obs_mean", torch.as_tensor(mean))
+            self.register_buffer("obs_inv_std", torch.as_tensor(inv_std))
+            self.obs_clip = obs_filter.clip
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.filtered:
+            obs = torch.clamp((obs.float() - self.obs_mean) * self.obs_inv_std, -self.obs_clip, self.obs_clip)
         actions = self.dist_class(self.model(obs).dist_inputs).deterministic_sample()
         if self.bounds is not None:
             actions = torch.clamp(actions, *self.bounds)
@@ -88,14 +100,16 @@ class GreedyActor(nn.Module):
 
 
 def greedy_actor(loaded: LoadedPolicy) -> GreedyActor:
-    actor = GreedyActor(loaded.policy.model, loaded.policy.dist_class, loaded.action_space)
+    actor = GreedyActor(loaded.policy.model, loaded.policy.dist_class, loaded.action_space, loaded.policy.obs_filter)
     return actor.eval().requires_grad_(False)
 
 
 def example_observations(obs_space: gym.Space, n: int = 4, seed: int = 0) -> np.ndarray:
-    """``n`` observations sampled from the space (float32): the model's input example."""
+    """``n`` observations sampled from the space: the model's input example (float32, or the space's
+    own integer dtype, e.g. uint8 images, which the model scales itself)."""
     obs_space.seed(seed)
-    return np.stack([np.asarray(obs_space.sample(), dtype=np.float32) for _ in range(n)])
+    dtype = obs_space.dtype if np.issubdtype(obs_space.dtype, np.integer) and obs_space.shape else np.float32
+    return np.stack([np.asarray(obs_space.sample(), dtype=dtype) for _ in range(n)])
 
 
 def warm_up() -> None:

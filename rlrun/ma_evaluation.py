@@ -61,7 +61,7 @@ def _greedy_actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str]
     actions: dict[str, Any] = {}
     for pid, members in groups.items():
         batch = np.stack([adapters[a](obs[a]) for a in members])
-        out = policies[pid].compute_actions(batch, explore=False).actions
+        out = policies[pid].compute_actions(policies[pid].filter_obs(batch), explore=False).actions
         space = spaces[pid][1]
         if hasattr(space, "low") and space.shape != ():
             out = np.clip(out, space.low, space.high)

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlrun.callbacks import CallbackList
 from rlrun.batch import MultiAgentBatch, SampleBatch
 from rlrun.ma_vector import make_vector_multi_agent_env
 from rlrun.multi_agent import policy_spaces
@@ -59,7 +60,7 @@ class MultiAgentRolloutWorker(WorkerBase):
                             for pid, a in self.agents_of.items()}
         self._box = {pid: isinstance(sp[1], gym.spaces.Box) for pid, sp in spaces.items()}
         obs, acting = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
-        self.obs = self._per_policy(obs)
+        self.obs = self._filter(self._per_policy(obs))
         self.acting = self._per_policy(acting)
         self._ep_return = np.zeros(n, np.float64)  # summed over agents
         self._ep_len = np.zeros(n, np.int64)
@@ -70,6 +71,11 @@ class MultiAgentRolloutWorker(WorkerBase):
         self._next_eps = n
         self._episodes = EpisodeStats([], [], {})
         self.env_steps_sampled = 0
+        self.callbacks = CallbackList(spec.callbacks)  # on_train_result only (the config refuses the rest)
+
+    def _filter(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each learned policy's observation filter (``rollout.observation_filter``), updated."""
+        return {pid: self.policy_map[pid].filter_obs(o, update=True) for pid, o in obs.items()}
 
     def _per_policy(self, per_agent: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``{agent: [C, ...]}`` -> ``{policy: [slots, ...]}``."""
@@ -88,7 +94,7 @@ class MultiAgentRolloutWorker(WorkerBase):
             valid = self.acting
             obs_before, eps_before, t_before = self.obs, self._eps_id.copy(), self._ep_len.copy()
             st = self.env.step(actions)
-            self.obs, self.acting = self._per_policy(st.obs), self._per_policy(st.acting)
+            self.obs, self.acting = self._filter(self._per_policy(st.obs)), self._per_policy(st.acting)
             env_steps += int(st.stepped.sum())
             agent_steps += sum(int(v.sum()) for v in valid.values())
             self._count_episodes(st, valid)

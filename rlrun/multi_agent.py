@@ -155,6 +155,9 @@ class HeuristicPolicy:
     def act(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def filter_obs(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        return obs  # heuristics read raw observations
+
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> Any:
         from rlrun.policy import ActionOutput
 

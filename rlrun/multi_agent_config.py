@@ -1,19 +1,45 @@
 """The multi-agent section of a config: checks that need no env, and each policy's own config.
 
-A leaf below ``config`` (which runs ``check_multi_agent_config`` with its other checks); configs are
-typed ``Any`` here so that this module does not import ``config``.
+A leaf below ``config`` (which runs ``check_multi_agent_config`` with its other checks and uses the
+schemas here in ``RunConfig``); run configs are typed ``Any`` here so that this module does not
+import ``config``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
 from rlrun.errors import suggest
 from rlrun.registry import ALGOS, ENVS, HEURISTICS, LOSSES, MODELS, POLICY_MAPPINGS, RegistryError
 from rlrun.schema import ConfigError, from_dict
 
 PETTINGZOO = "pettingzoo:"
+
+
+@dataclass
+class PolicyConfig:
+    """One policy of a multi-agent run: learned (the run's algo/loss/model with these keys changed)
+    or a registered heuristic that is never trained."""
+
+    heuristic: str | None = None  # a registered non-learning policy (random, always_same, ...)
+    heuristic_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the heuristic's constructor
+    algo: dict[str, Any] = field(default_factory=dict)  # algo keys for this policy (lr, gamma, ...; same algorithm)
+    loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
+    model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
+
+
+@dataclass
+class MultiAgentConfig:
+    """Several policies, each acting for the agents mapped to it (empty ``policies``: single-agent)."""
+
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    # policy id -> agent id patterns (fnmatch: *, ?, [02]); patterns are tried in the order written
+    # (policy by policy) and the first match wins
+    policy_mapping: dict[str, list[str]] = field(default_factory=dict)
+    policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
+    policies_to_train: list[str] | None = None  # None: every learned policy
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
 
 
 def is_multi_agent_env(env_id: str) -> bool:
@@ -60,6 +86,12 @@ def check_multi_agent_config(cfg: Any) -> None:
                               "(and policy_mapping), e.g. +experiment=ppo_multi_cartpole")
         return
     ids = list(ma.policies)
+    if cfg.callbacks:  # the multi-agent worker has no per-agent episode objects yet
+        raise ConfigError(f"callbacks: {cfg.callbacks} are not supported in multi-agent runs yet "
+                          "(multiagent.policies is set); remove them or run single-agent")
+    if cfg.env.wrappers:
+        raise ConfigError("env.wrappers: gymnasium wrappers apply to single-agent envs; wrap a multi-agent env "
+                          "in its own module (PettingZoo's SuperSuit wrappers) and register it")
     if not is_multi_agent_env(cfg.env.id):
         raise ConfigError(f"env.id: '{cfg.env.id}' is a single-agent env but multiagent.policies is set; use a "
                           f"multi-agent env (registered with multi_agent=True, or pettingzoo:<module>)")

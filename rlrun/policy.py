@@ -28,6 +28,7 @@ from rlrun.batch import SampleBatch
 from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
 from rlrun.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
+from rlrun.filters import NoFilter, make_filter
 from rlrun.optim import Optimizer, make_optimizer, set_lr
 from rlrun.postprocessing import explained_variance, piecewise
 from rlrun.registry import DISTRIBUTIONS, MODELS
@@ -113,6 +114,8 @@ class PolicySpec:
     loss: LossConfig
     model: ModelConfig
     seed: int = 0
+    observation_filter: str = "none"  # rollout.observation_filter: none | mean_std
+    observation_filter_clip: float = 10.0
 
 
 class Policy:
@@ -144,6 +147,8 @@ class Policy:
         self.global_timestep = 0  # env steps sampled so far (set by the trainer, sent to workers); drives schedules
         self.num_rows_trained = 0  # minibatch rows through SGD so far (time/learn_throughput)
         self.state: LearnerState = hooks.make_state(self)
+        self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
+                                                spec.observation_filter_clip)
 
     @property
     def needs_next_obs(self) -> bool:
@@ -164,6 +169,11 @@ class Policy:
         return _checked(self.state, cls, "learner state")
 
     # ------------------------------------------------------------------ acting
+    def filter_obs(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        """Raw env observations -> what the model takes (``rollout.observation_filter``). Workers
+        update the statistics while sampling; evaluation and exports leave them frozen."""
+        return self.obs_filter(obs, update)
+
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> ActionOutput:
         """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass."""
         if self.hooks.compute_actions is not None:
@@ -267,6 +277,7 @@ class Policy:
             "global_timestep": self.global_timestep,
             "rng": {"torch": self.generator.get_state(), "numpy": self.np_rng.bit_generator.state},
             "learner": self.state.get_state(include_buffers),
+            "obs_filter": self.obs_filter.get_state(),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -276,6 +287,7 @@ class Policy:
         self.generator.set_state(state["rng"]["torch"])
         self.np_rng.bit_generator.state = state["rng"]["numpy"]
         self.state.set_state(state.get("learner") or {})
+        self.obs_filter.set_state(state.get("obs_filter") or {})
 
 
 PolicyMap = dict[str, Policy]  # policy id -> Policy, on every worker and on the learner

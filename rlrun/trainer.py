@@ -22,6 +22,7 @@ import torch
 
 from rlrun.algorithm import LearnContext, get_algorithm
 from rlrun.batch import MultiAgentBatch, concat_samples
+from rlrun.callbacks import CallbackList, custom_metric_summary
 from rlrun.config import RunConfig
 from rlrun.envs import env_from_config
 from rlrun.evaluation import EvalResult, evaluate
@@ -52,6 +53,7 @@ class Trainer:
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
         self._eval_env: Any = None
+        self.callbacks: CallbackList = self.workers.local_worker.callbacks  # one instance with the local worker
 
     @property
     def policy(self) -> Policy:
@@ -124,11 +126,14 @@ class Trainer:
             "time/sync_weights_s": t3 - t2,
             "time/iteration_s": t3 - t0,
             **self._worker_metrics(),
+            **custom_metric_summary(episodes.custom or {}),
             **stats,
         }
         ev = self.cfg.evaluation
         if ev.interval and self.iteration % ev.interval == 0:
             result.update(self.evaluate().metrics())
+        if self.callbacks:
+            self.callbacks.call("on_train_result", trainer=self, result=result)
         return result
 
     def _policy_metrics(self, new: dict[str, list[float]], batch: MultiAgentBatch) -> dict[str, float]:

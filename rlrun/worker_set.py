@@ -16,7 +16,7 @@ from typing import Any
 
 from rlrun.batch import SampleBatch
 from rlrun.config import RunConfig
-from rlrun.errors import RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
+from rlrun.errors import PluginError, RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
 from rlrun.ray_instance import init_ray, shutdown_ray
 from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerSpec
 
@@ -26,6 +26,14 @@ RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, st
 def _first_and_last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+
+
+def _raise_user_error(e: Any) -> None:
+    """A remote worker's error that is the user's code breaking its contract (a callback raising, a
+    plugin model's shapes): re-raised as itself, since restarting the worker would only repeat it."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, PluginError):
+        raise cause from None
 
 
 def worker_class(cfg: RunConfig) -> Any:
@@ -50,7 +58,7 @@ class WorkerSet:
         self.num_workers = cfg.rollout.num_workers
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
-        self._episodes = EpisodeStats([], [], {})
+        self._episodes = EpisodeStats([], [], {}, {})
         self._restarts_of: dict[int, int] = {}
         self._remote: dict[int, Any] = {}
         self._in_flight: dict[Any, int] = {}  # async sampling: request ref -> worker index
@@ -99,7 +107,8 @@ class WorkerSet:
 
     def _spec(self, seed: int, index: int) -> WorkerSpec:
         c = self.cfg
-        return WorkerSpec(c.env, c.rollout, seed, index, tuple(c.plugins), self.launch_dir)
+        return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
+                          callbacks=tuple(c.callbacks))
 
     @property
     def ray_address(self) -> str | None:
@@ -129,7 +138,7 @@ class WorkerSet:
             ray.kill(old, no_restart=True)
         self._restarts_of[index] = self._restarts_of.get(index, 0) + 1
         actor = self._make_actor(index)
-        actor.set_weights.remote(self._weights_ref(), self._timestep())
+        actor.set_weights.remote(self._weights_ref(), self._timestep(), self._filters())
         self._remote[index] = actor
 
     # ------------------------------------------------------------------ sampling
@@ -137,7 +146,7 @@ class WorkerSet:
         """One fragment from every healthy worker (remote ones in parallel), in worker order."""
         if not self._remote:
             batch, eps = self.local_worker.sample_with_metrics()
-            self._add(eps)
+            self._add(eps, remote=False)
             return [batch]
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -152,6 +161,7 @@ class WorkerSet:
             except RayActorError as e:
                 failed.append((i, f"actor died: {_first_and_last_line(str(e))}"))
             except RayTaskError as e:
+                _raise_user_error(e)
                 failed.append((i, f"sample() raised {type(e.cause).__name__}: {e.cause}"))
             except GetTimeoutError:
                 failed.append((i, f"sample() took longer than rollout.sample_timeout_s={timeout:g}"))
@@ -192,6 +202,7 @@ class WorkerSet:
             try:
                 batch, eps = ray.get(ref)
             except (RayActorError, RayTaskError) as e:
+                _raise_user_error(e)
                 self.num_dropped_fragments += 1
                 self._restart(i, f"{type(e).__name__}: {_first_and_last_line(str(e))}")
                 continue
@@ -200,21 +211,29 @@ class WorkerSet:
             self._collected[i] = self._collected.get(i, 0) + 1
             w = self._remote[i]
             if self._collected[i] % max(broadcast_interval, 1) == 0:
-                w.set_weights.remote(self._weights_ref(), self._timestep())
+                w.set_weights.remote(self._weights_ref(), self._timestep(), self._filters())
             self._in_flight[w.sample_with_metrics.remote()] = i
         return out
 
-    def _add(self, eps: EpisodeStats) -> None:
+    def _add(self, eps: EpisodeStats, remote: bool = True) -> None:
         self._episodes.returns.extend(eps.returns)
         self._episodes.lengths.extend(eps.lengths)
-        assert self._episodes.policy_returns is not None
+        assert self._episodes.policy_returns is not None and self._episodes.custom is not None
         for pid, returns in (eps.policy_returns or {}).items():
             self._episodes.policy_returns.setdefault(pid, []).extend(returns)
+        for name, values in (eps.custom or {}).items():
+            self._episodes.custom.setdefault(name, []).extend(values)
+        if remote:  # the local worker's filters are the learner's own: nothing to merge
+            self.local_worker.apply_filter_deltas(eps.filter_deltas or {})
 
     def get_metrics(self) -> EpisodeStats:
-        """Episodes completed (on any worker) since the last call."""
-        out, self._episodes = self._episodes, EpisodeStats([], [], {})
+        """Episodes completed (on any worker) since the last call, with the callbacks' custom metrics."""
+        out, self._episodes = self._episodes, EpisodeStats([], [], {}, {})
         return out
+
+    def _filters(self) -> dict[str, Any] | None:
+        """The learner's observation-filter statistics, sent to remote workers with the weights."""
+        return self.local_worker.get_filters() or None
 
     # ------------------------------------------------------------------ weights
     def _weights_ref(self) -> Any:
@@ -242,9 +261,9 @@ class WorkerSet:
         self._ref = None
         if not broadcast:
             return
-        ref = self._weights_ref()
+        ref, filters = self._weights_ref(), self._filters()
         for w in self._remote.values():
-            w.set_weights.remote(ref, self._timestep())
+            w.set_weights.remote(ref, self._timestep(), filters)
 
     def stop(self) -> None:
         """Stop every worker and, if this WorkerSet connected to Ray, disconnect (a private

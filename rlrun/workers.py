@@ -20,14 +20,17 @@ import torch
 
 from rlrun.algorithm import get_algorithm
 from rlrun.batch import SampleBatch
+from rlrun.callbacks import CallbackList, EpisodeTracker
 from rlrun.config import EnvConfig, RolloutConfig, RunConfig
 from rlrun.envs import env_from_config
+from rlrun.filters import NoFilter
 from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
 from rlrun.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.registry import LOSSES
 
 SB = SampleBatch
+NO_FILTER = NoFilter()  # heuristic policies have no observation filter
 VALID = "valid"  # time-major fragments only: False on dummy autoreset rows and dropped tails
 
 
@@ -43,7 +46,7 @@ class PolicyFactory:
         c = self.cfg
         load_plugins(c.plugins, search_dirs=[self.launch_dir])
         algo = get_algorithm(c.algo.name)
-        spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed)
+        spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed, *self.filter_settings())
         return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
 
     def build(self) -> tuple[PolicyMap, dict[str, tuple[gym.Space, gym.Space]]]:
@@ -64,6 +67,10 @@ class PolicyFactory:
         env.close()
         return self(*spaces[DEFAULT_POLICY_ID]), spaces
 
+    def filter_settings(self) -> tuple[str, float]:
+        r = self.cfg.rollout
+        return r.observation_filter, r.observation_filter_clip
+
     def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
         """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
         policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
@@ -81,7 +88,7 @@ class PolicyFactory:
                 out[pid] = HEURISTICS.get(pc.heuristic)(pid, obs_space, action_space, seed, **pc.heuristic_kwargs)
                 continue
             pcfg = policy_sections(c, pid)
-            spec = PolicySpec(obs_space, action_space, pcfg.algo, pcfg.loss, pcfg.model, seed)
+            spec = PolicySpec(obs_space, action_space, pcfg.algo, pcfg.loss, pcfg.model, seed, *self.filter_settings())
             out[pid] = Policy(spec, algo, LOSSES.get(pcfg.loss.name, "loss.name"), pid)
         return out
 
@@ -91,9 +98,14 @@ def make_policy_factory(cfg: RunConfig, launch_dir: str | Path | None = None) ->
 
 
 class EpisodeStats(NamedTuple):
+    """What a worker reports besides its samples: the episodes finished since its last report, and
+    what its observation filters saw meanwhile."""
+
     returns: list[float]  # per finished episode (multi-agent: summed over its agents)
     lengths: list[int]
     policy_returns: dict[str, list[float]] | None = None  # multi-agent: policy id -> its agents' episode returns
+    custom: dict[str, list[float]] | None = None  # callbacks' custom metrics: name -> one value per episode
+    filter_deltas: dict[str, Any] | None = None  # policy id -> observation-filter statistics since the last report
 
 
 @dataclass
@@ -105,6 +117,7 @@ class WorkerSpec:
     seed: int
     worker_index: int = 0  # 0 = the local worker
     plugins: tuple[str, ...] = ()  # imported first, so plugin envs/models/losses exist in a remote worker
+    callbacks: tuple[str, ...] = ()  # registered Callbacks names
     launch_dir: str | None = None  # where plugin modules are looked up
 
 
@@ -114,6 +127,8 @@ class WorkerBase:
 
     policy_map: PolicyMap
     _episodes: EpisodeStats
+    callbacks: CallbackList
+    _tracker: EpisodeTracker | None = None
 
     def sample(self) -> Any:
         raise NotImplementedError
@@ -126,21 +141,37 @@ class WorkerBase:
         return os.getpid()
 
     def get_metrics(self) -> EpisodeStats:
-        """Episodes completed since the last call (and forget them)."""
+        """Episodes completed since the last call (and forget them), custom metrics, filter deltas."""
         out, self._episodes = self._episodes, EpisodeStats([], [], {})
-        return out
+        deltas = {pid: d for pid, p in self.policy_map.items()
+                  if (d := getattr(p, "obs_filter", NO_FILTER).pop_delta()) is not None}
+        return out._replace(custom=self._tracker.pop_custom() if self._tracker else None, filter_deltas=deltas)
+
+    def get_filters(self) -> dict[str, dict[str, Any]]:
+        """``{policy_id: observation-filter state}`` of the policies that have an active filter."""
+        return {pid: f.get_state() for pid, p in self.policy_map.items()
+                if (f := getattr(p, "obs_filter", NO_FILTER)).active}
+
+    def apply_filter_deltas(self, deltas: Mapping[str, Any]) -> None:
+        """The learner: merge what a remote worker's filters saw into this (central) copy."""
+        for pid, delta in deltas.items():
+            self.policy_map[pid].obs_filter.apply_delta(delta)
 
     def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
         """``{policy_id: weights}`` of every policy on this worker."""
         return {pid: p.get_weights() for pid, p in self.policy_map.items()}
 
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None) -> None:
-        """New weights per policy id, and the learner's env-step count (it drives schedules such as epsilon)."""
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None,
+                    filters: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """New weights per policy id, the learner's env-step count (it drives schedules such as
+        epsilon) and its merged observation-filter statistics."""
         for pid, w in weights.items():
             policy = self.policy_map[pid]
             policy.set_weights(w)
             if global_timestep is not None:
                 policy.global_timestep = global_timestep
+        for pid, state in (filters or {}).items():
+            self.policy_map[pid].obs_filter.sync(state)
 
 
 class RolloutWorker(WorkerBase):
@@ -162,12 +193,16 @@ class RolloutWorker(WorkerBase):
         self._high = getattr(self.action_space, "high", None)
         self.policy_map: PolicyMap = policy_factory(self.obs_space, self.action_space)
         self.policy: Policy = self.policy_map[DEFAULT_POLICY_ID]
+        self._filtered = self.policy.obs_filter.active
+        self.callbacks = CallbackList(spec.callbacks)
+        self._tracker = EpisodeTracker(self.callbacks, self) if self.callbacks else None
         if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (small MLPs)
             torch.set_num_threads(1)
             for policy in self.policy_map.values():
                 policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
         # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
-        self.obs, _ = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
+        raw, infos = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
+        self.obs = self.policy.filter_obs(raw, update=True)
         n = self.num_envs
         self._prev_done = np.zeros(n, dtype=bool)  # these sub-envs take a dummy reset step next
         self._ep_return = np.zeros(n, dtype=np.float64)
@@ -177,6 +212,8 @@ class RolloutWorker(WorkerBase):
         self._eps_id = self._id_base + np.arange(n, dtype=np.int64)
         self._episodes = EpisodeStats([], [])
         self._started = False
+        if self._tracker:
+            self._tracker.reset(raw, infos, self._eps_id)
         self.env_steps_sampled = 0
 
     # ------------------------------------------------------------------ sampling
@@ -200,7 +237,8 @@ class RolloutWorker(WorkerBase):
             out = self.policy.compute_actions(self.obs)
             actions = out.actions
             env_actions = np.clip(actions, self._low, self._high) if self._box else actions
-            next_obs, rew, term, trunc, _ = self.env.step(env_actions)
+            raw_next, rew, term, trunc, infos = self.env.step(env_actions)
+            next_obs = self.policy.filter_obs(raw_next, update=True) if self._filtered else raw_next
             valid = ~self._prev_done
             buf[SB.OBS][step] = self.obs
             buf[SB.ACTIONS][step] = actions
@@ -221,6 +259,8 @@ class RolloutWorker(WorkerBase):
                 self._end_episodes(done)
                 last_end[done] = step
                 rows_at_end[done] = rows_per_env[done]
+            if self._tracker:
+                self._tracker.step(actions, raw_next, rew, done, valid, infos, self._eps_id)
             self._prev_done = done
             self.obs = next_obs
             step += 1
@@ -236,6 +276,10 @@ class RolloutWorker(WorkerBase):
         frag = self.policy.postprocess_trajectory(frag, last_values)
         batch = flatten_fragment(frag)
         self.env_steps_sampled += len(batch)
+        if self.callbacks:
+            self.callbacks.call("on_postprocess_trajectory", worker=self, policy_id=DEFAULT_POLICY_ID,
+                                policy=self.policy, postprocessed_batch=batch)
+            self.callbacks.call("on_sample_end", worker=self, samples=batch)
         return batch
 
     def _alloc(self, cap: int) -> dict[str, np.ndarray]:
@@ -244,7 +288,7 @@ class RolloutWorker(WorkerBase):
         obs_shape, act_shape = tuple(obs_space.shape or ()), tuple(act_space.shape or ())
         k = self.policy.dist_class.required_inputs(act_space)
         return {
-            SB.OBS: np.zeros((cap, n, *obs_shape), dtype=obs_space.dtype),
+            SB.OBS: np.zeros((cap, n, *obs_shape), dtype=np.float32 if self._filtered else obs_space.dtype),
             SB.ACTIONS: np.zeros((cap, n, *act_shape), dtype=np.float32 if self._box else np.int64),
             SB.REWARDS: np.zeros((cap, n), dtype=np.float32),
             SB.TERMINATEDS: np.zeros((cap, n), dtype=bool),
@@ -272,7 +316,8 @@ class RolloutWorker(WorkerBase):
 
     def _restart_episodes(self) -> None:
         """complete_episodes: unfinished episodes were dropped, so every sub-env starts afresh."""
-        self.obs, _ = self.env.reset()
+        raw, infos = self.env.reset()
+        self.obs = self.policy.filter_obs(raw, update=True)
         self._prev_done[:] = False
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0
@@ -280,6 +325,8 @@ class RolloutWorker(WorkerBase):
         n = self.num_envs
         self._eps_id = self._id_base + self._next_eps + np.arange(n, dtype=np.int64)
         self._next_eps += n
+        if self._tracker:
+            self._tracker.reset(raw, infos, self._eps_id)
 
     def stop(self) -> None:
         self.env.close()

@@ -60,6 +60,9 @@ def test_evaluation_uses_the_same_wrappers_as_training():
     cfg = EnvConfig(id="CartPole-v1", wrappers=[{"name": "time_limit", "max_episode_steps": 7}])
 
     class Zero:
+        def filter_obs(self, obs):
+            return obs
+
         def compute_actions(self, obs, explore=False):
             return type("A", (), {"actions": np.zeros(len(obs), dtype=np.int64)})()
 
