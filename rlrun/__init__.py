@@ -15,6 +15,7 @@ _EXPORTS = {
     "SampleBatch": "rlrun.batch", "MultiAgentBatch": "rlrun.batch", "concat_samples": "rlrun.batch",
     "LossOutput": "rlrun.policy", "Policy": "rlrun.policy", "PolicySpec": "rlrun.policy",
     "Algorithm": "rlrun.algorithm", "register_algorithm": "rlrun.algorithm", "make_policy": "rlrun.algorithm",
+    "Callbacks": "rlrun.callbacks", "CALLBACKS": "rlrun.registry", "WRAPPERS": "rlrun.registry",
     "ALGOS": "rlrun.registry", "DISTRIBUTIONS": "rlrun.registry", "ENVS": "rlrun.registry",
     "LOSSES": "rlrun.registry", "MODELS": "rlrun.registry", "OPTIMIZERS": "rlrun.registry",
     "run": "rlrun.runner", "make_trainer": "rlrun.runner", "RunConfig": "rlrun.config",

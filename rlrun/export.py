@@ -86,6 +86,8 @@ class GreedyActor(nn.Module):
         self.filtered = isinstance(obs_filter, MeanStdFilter)
         if isinstance(obs_filter, MeanStdFilter):
             mean, inv_std = obs_filter.affine()
+            self.obs_mean: torch.Tensor
+            self.obs_inv_std: torch.Tensor
             self.register_buffer("obs_mean", torch.as_tensor(mean))
             self.register_buffer("obs_inv_std", torch.as_tensor(inv_std))
             self.obs_clip = obs_filter.clip

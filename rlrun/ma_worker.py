@@ -20,8 +20,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrun.callbacks import CallbackList
 from rlrun.batch import MultiAgentBatch, SampleBatch
+from rlrun.callbacks import CallbackList
 from rlrun.ma_vector import make_vector_multi_agent_env
 from rlrun.multi_agent import policy_spaces
 from rlrun.plugins import load_plugins

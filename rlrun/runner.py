@@ -297,6 +297,8 @@ def _finish(ctx: _RunContext) -> None:
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
     """Learning-curve artifact, a run description and target/stop tags for the MLflow run page."""
+    if not history:  # the first iteration failed after its update (e.g. in a callback's on_train_result)
+        return
     key = "rollout/episode_return_mean"
     points = [(h["timesteps_total"], h[key]) for h in history if key in h]
     returns = [y for _, y in points if not math.isnan(y)]
