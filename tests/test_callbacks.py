@@ -137,7 +137,8 @@ def test_a_plugin_callbacks_custom_metric_reaches_mlflow_and_is_a_stop_key(cli, 
 def test_no_custom_metric_when_no_episode_ended(cli, tmp_path):
     _plugin(tmp_path)
     p = cli("plugins=[user_code.my_callbacks]", "callbacks=[pole_angle]", "algo.train_batch_size=16",
-            "algo.sgd_minibatch_size=16", "rollout.num_envs_per_worker=2", "rollout.rollout_fragment_length=8", "stop.training_iteration=1")
+            "algo.sgd_minibatch_size=16", "rollout.num_envs_per_worker=2", "rollout.rollout_fragment_length=8",
+            "stop.training_iteration=1")
     assert p.returncode == 0, p.stderr[-3000:]
     metrics = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(
         run_summary(p.stdout)["run_id"]).data.metrics
