@@ -66,6 +66,7 @@ class Algorithm:
     needs_next_obs: bool = False  # workers add NEXT_OBS before postprocessing
     provides_columns: tuple[str, ...] = COLLECTED_COLUMNS
     metrics: tuple[str, ...] = ()  # metric names this algorithm reports besides the common ones
+    recurrent: bool = False  # its data path carries recurrent state (learns with policy.learn_on_batch on sequences)
     description: str = ""
 
 

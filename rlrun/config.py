@@ -228,7 +228,7 @@ def check_config(cfg: RunConfig) -> RunConfig:
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
-                  _check_plugin_rules, check_multi_agent_config):
+                  _check_plugin_rules, _check_recurrent, check_multi_agent_config):
         check(cfg)
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
@@ -347,6 +347,13 @@ def _check_algo_values(cfg: RunConfig) -> None:
             f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
             "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
         )
+
+
+def _check_recurrent(cfg: RunConfig) -> None:
+    if MODELS.entry(cfg.model.name).info.get("recurrent") and not getattr(ALGOS.get(cfg.algo.name), "recurrent", False):
+        able = [n for n in ALGOS.names() if getattr(ALGOS.get(n), "recurrent", False)]
+        raise ConfigError(f"model.name: '{cfg.model.name}' is a recurrent model, and algo '{cfg.algo.name}' cannot "
+                          f"carry its state through its data path; recurrent models train with {', '.join(able)}")
 
 
 def _check_plugin_rules(cfg: RunConfig) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,13 @@ def _scalar(value: str) -> Any:
     return value
 
 
-def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = False) -> Any:
+def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = False,
+                    wrappers: Sequence[Any] = ()) -> Any:
     """One env that renders ``rgb_array`` frames (a gymnasium id, a plain rlrun env entry, or a
-    multi-agent env that takes ``render_mode``)."""
+    multi-agent env that takes ``render_mode``), with the run's ``env.wrappers``."""
+    from rlrun.envs import check_env_id
+    from rlrun.wrappers import parse_wrappers, wrap_env
+
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws off-screen; no display needed
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if multi_agent:
@@ -112,8 +117,9 @@ def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = Fal
         if entry.info.get("vector", True):
             raise RegistryError(f"env.id: rlrun env '{env_id}' is a vector env; render needs a gymnasium id "
                                 "or an env registered with vector=False that accepts render_mode")
-        return entry.obj(render_mode="rgb_array", **kwargs)
-    return gym.make(env_id, render_mode="rgb_array", **kwargs)
+        return wrap_env(entry.obj(render_mode="rgb_array", **kwargs), parse_wrappers(wrappers))
+    check_env_id(env_id)  # imports the package of a MiniGrid id
+    return wrap_env(gym.make(env_id, render_mode="rgb_array", **kwargs), parse_wrappers(wrappers))
 
 
 def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_frames: int,
@@ -123,13 +129,18 @@ def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_fra
     returns: list[float] = []
     box = isinstance(env.action_space, gym.spaces.Box)
     t = 0
+    recurrent = getattr(policy, "recurrent", False)
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         total, done = 0.0, False
+        state = policy.initial_state(1) if recurrent else None
         while not done:
             if t % frame_skip == 0 and len(frames) < max_frames:
                 frames.append(np.asarray(env.render()))
-            action = policy.compute_actions(policy.filter_obs(np.asarray(obs)[None]), explore=False).actions[0]
+            x = policy.filter_obs(np.asarray(obs)[None])
+            out = policy.compute_actions(x, explore=False, state=state) if recurrent else \
+                policy.compute_actions(x, explore=False)
+            action, state = out.actions[0], out.state_out
             if box:
                 action = np.clip(action, env.action_space.low, env.action_space.high)  # type: ignore[attr-defined]
             obs, reward, term, trunc, _ = env.step(action)
@@ -157,7 +168,7 @@ def write_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
 def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[list[np.ndarray], list[float], float]:
     """Greedy episodes on an env that renders: the frames, the episodes' returns and the frame rate."""
-    env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies))
+    env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies), cfg.env.wrappers)
     try:
         if cfg.multiagent.policies:
             from rlrun.ma_evaluation import evaluate_multi_agent

@@ -25,7 +25,7 @@ def load_builtins() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    from rlrun import algos, cnn, distributions, envs, ma_vector, models, optim, wrappers  # noqa: F401  # they register on import
+    from rlrun import algos, cnn, distributions, envs, lstm, ma_vector, models, optim, wrappers  # noqa: F401  # they register on import
 
 
 def load_plugins(modules: Sequence[str], search_dirs: Sequence[str | Path] = ()) -> None:

@@ -32,6 +32,7 @@ from rlrun.filters import NoFilter, make_filter
 from rlrun.optim import Optimizer, make_optimizer, set_lr
 from rlrun.postprocessing import explained_variance, piecewise
 from rlrun.registry import DISTRIBUTIONS, MODELS
+from rlrun.sequences import SEQ_ROWS, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
 
 DEFAULT_POLICY_ID = "default_policy"
 TorchBatch = dict[str, torch.Tensor]
@@ -53,6 +54,7 @@ class ActionOutput(NamedTuple):
     logp: np.ndarray  # [B] float32
     values: np.ndarray  # [B] float32
     dist_inputs: np.ndarray  # [B, num_outputs] float32
+    state_out: list[np.ndarray] | None = None  # recurrent models: the state after this step, per tensor [B, ...]
 
 
 LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], LossOutput]
@@ -139,6 +141,11 @@ class Policy:
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
         _check_model_output(self.model, spec, num_outputs)
+        self.recurrent = bool(getattr(self.model, "is_recurrent", False))
+        self._rnn: Any = self.model  # a recurrent model's extra methods (rlrun/lstm.py), untyped for nn.Module
+        if self.recurrent and not getattr(hooks, "recurrent", True):
+            raise PluginError(f"model.name: '{spec.model.name}' is a recurrent model, and algo '{hooks.name}' cannot "
+                              "carry its state")
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         opt = spec.algo.optimizer
         self.optimizer: Optimizer = make_optimizer(opt.name, self._params, spec.algo.lr, spec.algo.adam_eps, opt.kwargs)
@@ -174,21 +181,40 @@ class Policy:
         update the statistics while sampling; evaluation and exports leave them frozen."""
         return self.obs_filter(obs, update)
 
-    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> ActionOutput:
-        """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass."""
+    def initial_state(self, batch_size: int) -> list[np.ndarray]:
+        """A recurrent model's state at an episode start, ``batch_size`` rows per tensor (else ``[]``)."""
+        if not self.recurrent:
+            return []
+        return [t.numpy() for t in self._rnn.initial_state(batch_size)]
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True,
+                        state: list[np.ndarray] | None = None) -> ActionOutput:
+        """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass; a recurrent
+        policy also takes the state before the step (default: an episode start) and returns the next."""
         if self.hooks.compute_actions is not None:
             return self.hooks.compute_actions(self, obs, explore)
+        new_state = None
         with torch.inference_mode():
-            out = self.model(torch.as_tensor(obs))
+            if self.recurrent:
+                out, st = self._rnn.forward_step(torch.as_tensor(obs), self._state_tensors(state, len(obs)))
+                new_state = [t.numpy() for t in st]
+            else:
+                out = self.model(torch.as_tensor(obs))
             dist = self.dist_class(out.dist_inputs)
             actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
         return ActionOutput(actions.numpy(), logp.detach().numpy(), out.values.detach().numpy(),
-                            out.dist_inputs.detach().numpy())
+                            out.dist_inputs.detach().numpy(), new_state)
 
-    def compute_values(self, obs: np.ndarray) -> np.ndarray:
+    def compute_values(self, obs: np.ndarray, state: list[np.ndarray] | None = None) -> np.ndarray:
         with torch.inference_mode():
+            if self.recurrent:
+                return self._rnn.forward_step(torch.as_tensor(obs), self._state_tensors(state, len(obs)))[0] \
+                    .values.detach().numpy()
             return self.model(torch.as_tensor(obs)).values.detach().numpy()
+
+    def _state_tensors(self, state: list[np.ndarray] | None, n: int) -> list[torch.Tensor]:
+        return self._rnn.initial_state(n) if state is None else [torch.as_tensor(s) for s in state]
 
     def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
         """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``)."""
@@ -217,10 +243,14 @@ class Policy:
 
     def _minibatches(self, batch: SampleBatch) -> Iterator[TorchBatch]:
         """``num_sgd_iter`` epochs of shuffled ``sgd_minibatch_size`` minibatches (the whole batch
-        at once, unshuffled, when the minibatch size is the batch)."""
+        at once, unshuffled, when the minibatch size is the batch). A recurrent policy's minibatches
+        are whole sequences (rlrun/sequences.py)."""
         tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
         n = len(batch)
         mb = self.config.sgd_minibatch_size or n
+        if self.recurrent:
+            yield from self._sequence_minibatches(batch, tb, mb)
+            return
         for _ in range(self.config.num_sgd_iter):
             if mb >= n:
                 yield tb
@@ -230,9 +260,16 @@ class Policy:
                 idx = perm[start : start + mb]
                 yield {k: v[idx] for k, v in tb.items()}
 
+    def _sequence_minibatches(self, batch: SampleBatch, tb: TorchBatch, mb: int) -> Iterator[TorchBatch]:
+        starts, lens = sequence_starts(batch[SampleBatch.EPS_ID], batch[SampleBatch.T], int(self._rnn.max_seq_len))
+        for _ in range(self.config.num_sgd_iter):
+            for seqs in sequence_minibatches(lens, mb, self.generator, shuffle=mb < len(batch)):
+                yield sequence_minibatch(tb, starts, lens, seqs)
+
     def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
         """One loss evaluation and optimizer step; its stats (``train/loss/*``, ``train/*``), not averaged."""
-        out = self.loss_fn(self, self.model, self.dist_class, mbatch)
+        model = SequenceView(self.model, mbatch) if SEQ_ROWS in mbatch else self.model
+        out = self.loss_fn(self, model, self.dist_class, mbatch)
         if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
             got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
                 out.total, torch.Tensor) else f"a {type(out).__name__}"

@@ -28,6 +28,7 @@ from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
 from rlrun.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.registry import LOSSES
+from rlrun.sequences import STATE_IN
 
 SB = SampleBatch
 NO_FILTER = NoFilter()  # heuristic policies have no observation filter
@@ -194,6 +195,9 @@ class RolloutWorker(WorkerBase):
         self.policy_map: PolicyMap = policy_factory(self.obs_space, self.action_space)
         self.policy: Policy = self.policy_map[DEFAULT_POLICY_ID]
         self._filtered = self.policy.obs_filter.active
+        self._recurrent = self.policy.recurrent
+        self._initial_state = self.policy.initial_state(self.num_envs)  # [] unless the model is recurrent
+        self._state = [s.copy() for s in self._initial_state]
         self.callbacks = CallbackList(spec.callbacks)
         self._tracker = EpisodeTracker(self.callbacks, self) if self.callbacks else None
         if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (small MLPs)
@@ -234,7 +238,8 @@ class RolloutWorker(WorkerBase):
             if step == cap:
                 buf = self._grow(buf, cap)
                 cap *= 2
-            out = self.policy.compute_actions(self.obs)
+            out = self.policy.compute_actions(self.obs, state=self._state) if self._recurrent else \
+                self.policy.compute_actions(self.obs)
             actions = out.actions
             env_actions = np.clip(actions, self._low, self._high) if self._box else actions
             raw_next, rew, term, trunc, infos = self.env.step(env_actions)
@@ -251,6 +256,8 @@ class RolloutWorker(WorkerBase):
             buf[SB.EPS_ID][step] = self._eps_id
             buf[SB.T][step] = self._ep_len  # the step's index within its episode
             buf[VALID][step] = valid
+            if self._recurrent:
+                self._advance_state(out.state_out, valid, buf, step)
             rows_per_env += valid
             self._ep_return += np.where(valid, rew, 0.0)
             self._ep_len += valid
@@ -272,7 +279,8 @@ class RolloutWorker(WorkerBase):
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
         if self.policy.needs_next_obs:  # next-step autoreset: the dummy row's obs is the final obs
             frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
-        last_values = self.policy.compute_values(self.obs)
+        last_values = self.policy.compute_values(self.obs, self._state) if self._recurrent else \
+            self.policy.compute_values(self.obs)
         frag = self.policy.postprocess_trajectory(frag, last_values)
         batch = flatten_fragment(frag)
         self.env_steps_sampled += len(batch)
@@ -282,12 +290,25 @@ class RolloutWorker(WorkerBase):
             self.callbacks.call("on_sample_end", worker=self, samples=batch)
         return batch
 
+    def _advance_state(self, state_out: list[np.ndarray] | None, valid: np.ndarray, buf: dict[str, np.ndarray],
+                       step: int) -> None:
+        """Record the state each sub-env acted from, then carry the new one; a sub-env that just took
+        its dummy autoreset step starts its next episode from the initial state. (The dummy step
+        itself acts on the final observation with the episode's state: its value is the bootstrap.)"""
+        assert state_out is not None
+        for k, (before, after) in enumerate(zip(self._state, state_out, strict=True)):
+            buf[f"{STATE_IN}{k}"][step] = before
+            after = np.array(after)
+            after[~valid] = self._initial_state[k][~valid]
+            self._state[k] = after
+
     def _alloc(self, cap: int) -> dict[str, np.ndarray]:
         n = self.num_envs
         obs_space, act_space = self.obs_space, self.action_space
         obs_shape, act_shape = tuple(obs_space.shape or ()), tuple(act_space.shape or ())
         k = self.policy.dist_class.required_inputs(act_space)
-        return {
+        states = {f"{STATE_IN}{i}": np.zeros((cap, *s.shape), s.dtype) for i, s in enumerate(self._initial_state)}
+        return {**states,
             SB.OBS: np.zeros((cap, n, *obs_shape), dtype=np.float32 if self._filtered else obs_space.dtype),
             SB.ACTIONS: np.zeros((cap, n, *act_shape), dtype=np.float32 if self._box else np.int64),
             SB.REWARDS: np.zeros((cap, n), dtype=np.float32),
@@ -318,6 +339,7 @@ class RolloutWorker(WorkerBase):
         """complete_episodes: unfinished episodes were dropped, so every sub-env starts afresh."""
         raw, infos = self.env.reset()
         self.obs = self.policy.filter_obs(raw, update=True)
+        self._state = [s.copy() for s in self._initial_state]
         self._prev_done[:] = False
         self._ep_return[:] = 0.0
         self._ep_len[:] = 0

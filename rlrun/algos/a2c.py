@@ -75,5 +75,5 @@ def a2c_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
 A2C = register_algorithm(Algorithm(
     "a2c", A2CConfig, default_loss="a2c", postprocess=a2c_postprocess,
     provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS),
-    description="synchronous advantage actor-critic",
+    recurrent=True, description="synchronous advantage actor-critic",
 ))

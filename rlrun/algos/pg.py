@@ -62,5 +62,5 @@ def pg_loss(
 PG = register_algorithm(Algorithm(
     "pg", PGConfig, default_loss="pg", postprocess=pg_postprocess,
     provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES),
-    description="REINFORCE with batch-standardised returns",
+    recurrent=True, description="REINFORCE with batch-standardised returns",
 ))

@@ -137,5 +137,5 @@ def ppo_clip_loss(
 PPO = register_algorithm(Algorithm(
     "ppo", PPOConfig, default_loss="ppo_clip", postprocess=ppo_postprocess, make_state=kl_state, learn=ppo_learn,
     provides_columns=(*COLLECTED_COLUMNS, SB.ADVANTAGES, SB.VALUE_TARGETS),
-    description="PPO, clipped surrogate, optional adaptive KL penalty",
+    recurrent=True, description="PPO, clipped surrogate, optional adaptive KL penalty",
 ))
