@@ -4,7 +4,8 @@
 spaces from one env copy, weights). ``GreedyActor`` wraps its model as a plain ``nn.Module``
 ``obs [B, *obs_shape] -> actions [B, ...]`` (the action distribution's deterministic sample,
 clipped to a Box's bounds), which ``log_policy_model`` traces to TorchScript for ``mlflow.pytorch``:
-``mlflow.pyfunc.load_model("runs:/<id>/model").predict(obs)`` then returns greedy actions.
+``mlflow.pyfunc.load_model("runs:/<id>/model").predict(obs)`` then returns greedy actions. A
+recurrent policy's model takes and returns its state too (``RecurrentGreedyActor``).
 """
 
 from __future__ import annotations
@@ -101,8 +102,39 @@ class GreedyActor(nn.Module):
         return actions
 
 
+class RecurrentGreedyActor(GreedyActor):
+    """A recurrent policy as one module: input ``[B, obs_dim + state_dim]`` = the flattened raw
+    observation followed by the state tensors (an LSTM: h and c, then the value LSTM's h and c; zeros
+    at an episode start); output ``[B, action_dim + state_dim]`` = the greedy action (a Discrete
+    action as one float column) followed by the next state, to feed back with the next observation."""
+
+    def __init__(self, model: nn.Module, dist_class: type[ActionDistribution], action_space: gym.Space,
+                 obs_filter: NoFilter | None, obs_shape: tuple[int, ...]) -> None:
+        super().__init__(model, dist_class, action_space, obs_filter)
+        self.obs_shape = obs_shape
+        self.obs_dim = int(np.prod(obs_shape or (1,)))
+        rnn: Any = model  # the recurrent interface (rlrun/lstm.py)
+        self.state_sizes = [int(t.shape[1]) for t in rnn.initial_state(1)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        obs = x[:, :self.obs_dim].reshape(x.shape[0], *self.obs_shape)
+        if self.filtered:
+            obs = torch.clamp((obs.float() - self.obs_mean) * self.obs_inv_std, -self.obs_clip, self.obs_clip)
+        state = list(torch.split(x[:, self.obs_dim:], self.state_sizes, dim=1))
+        rnn: Any = self.model
+        out, new_state = rnn.forward_step(obs, state)
+        actions = self.dist_class(out.dist_inputs).deterministic_sample()
+        if self.bounds is not None:
+            actions = torch.clamp(actions, *self.bounds)
+        actions = actions.float().reshape(x.shape[0], -1)
+        return torch.cat([actions, *new_state], dim=1)
+
+
 def greedy_actor(loaded: LoadedPolicy) -> GreedyActor:
-    actor = GreedyActor(loaded.policy.model, loaded.policy.dist_class, loaded.action_space, loaded.policy.obs_filter)
+    p = loaded.policy
+    actor = RecurrentGreedyActor(p.model, p.dist_class, loaded.action_space, p.obs_filter,
+                                 tuple(loaded.obs_space.shape or ())) if p.recurrent else \
+        GreedyActor(p.model, p.dist_class, loaded.action_space, p.obs_filter)
     return actor.eval().requires_grad_(False)
 
 
@@ -160,6 +192,9 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
 
     actor = greedy_actor(loaded)
     example = example_observations(loaded.obs_space)
+    if isinstance(actor, RecurrentGreedyActor):  # observations then an episode start's (zero) state
+        state = np.concatenate(loaded.policy.initial_state(len(example)), axis=1)
+        example = np.concatenate([example.reshape(len(example), -1), state], axis=1).astype(np.float32)
     with torch.no_grad():
         out = actor(torch.as_tensor(example)).numpy()
         # our own check of the trace: torch's (check_trace) imports torch.testing, ~0.9 s the first time
