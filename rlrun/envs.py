@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -17,9 +17,6 @@ import numpy as np
 from rlrun.errors import PluginError
 from rlrun.registry import ENVS, RegistryError, suggest
 from rlrun.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
-
-if TYPE_CHECKING:
-    from rlrun.config import EnvConfig
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
 ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
@@ -54,8 +51,8 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def env_from_config(env: EnvConfig, num_envs: int) -> gym.vector.VectorEnv:
-    """``num_envs`` copies of the configured env (its kwargs, vectorisation and wrappers)."""
+def env_from_config(env: Any, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the configured env (an ``EnvConfig``: id, kwargs, vectorisation, wrappers)."""
     return make_vector_env(env.id, num_envs, env.kwargs, env.vectorize, env.wrappers)
 
 

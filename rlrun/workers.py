@@ -25,7 +25,7 @@ from rlrun.config import EnvConfig, RolloutConfig, RunConfig
 from rlrun.envs import env_from_config
 from rlrun.filters import NoFilter
 from rlrun.plugins import load_plugins
-from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
+from rlrun.policy import DEFAULT_POLICY_ID, ActionOutput, Policy, PolicyMap, PolicySpec
 from rlrun.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.registry import LOSSES
 from rlrun.sequences import STATE_IN
@@ -245,19 +245,7 @@ class RolloutWorker(WorkerBase):
             raw_next, rew, term, trunc, infos = self.env.step(env_actions)
             next_obs = self.policy.filter_obs(raw_next, update=True) if self._filtered else raw_next
             valid = ~self._prev_done
-            buf[SB.OBS][step] = self.obs
-            buf[SB.ACTIONS][step] = actions
-            buf[SB.REWARDS][step] = rew
-            buf[SB.TERMINATEDS][step] = term
-            buf[SB.TRUNCATEDS][step] = trunc
-            buf[SB.ACTION_LOGP][step] = out.logp
-            buf[SB.VF_PREDS][step] = out.values
-            buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
-            buf[SB.EPS_ID][step] = self._eps_id
-            buf[SB.T][step] = self._ep_len  # the step's index within its episode
-            buf[VALID][step] = valid
-            if self._recurrent:
-                self._advance_state(out.state_out, valid, buf, step)
+            self._record(buf, step, out, rew, term, trunc, valid)
             rows_per_env += valid
             self._ep_return += np.where(valid, rew, 0.0)
             self._ep_len += valid
@@ -289,6 +277,23 @@ class RolloutWorker(WorkerBase):
                                 policy=self.policy, postprocessed_batch=batch)
             self.callbacks.call("on_sample_end", worker=self, samples=batch)
         return batch
+
+    def _record(self, buf: dict[str, np.ndarray], step: int, out: ActionOutput, rew: np.ndarray, term: np.ndarray,
+                trunc: np.ndarray, valid: np.ndarray) -> None:
+        """One vector step into the time-major buffer (before ``self.obs`` moves on)."""
+        buf[SB.OBS][step] = self.obs
+        buf[SB.ACTIONS][step] = out.actions
+        buf[SB.REWARDS][step] = rew
+        buf[SB.TERMINATEDS][step] = term
+        buf[SB.TRUNCATEDS][step] = trunc
+        buf[SB.ACTION_LOGP][step] = out.logp
+        buf[SB.VF_PREDS][step] = out.values
+        buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
+        buf[SB.EPS_ID][step] = self._eps_id
+        buf[SB.T][step] = self._ep_len  # the step's index within its episode
+        buf[VALID][step] = valid
+        if self._recurrent:
+            self._advance_state(out.state_out, valid, buf, step)
 
     def _advance_state(self, state_out: list[np.ndarray] | None, valid: np.ndarray, buf: dict[str, np.ndarray],
                        step: int) -> None:

@@ -133,3 +133,14 @@ def test_filter_state_is_identical_on_every_ray_worker_after_a_sync(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     workers, n, steps = p.stdout.split()[1::2]
     assert workers == "2" and float(n) >= float(steps), p.stdout
+
+
+def test_each_policy_of_a_multi_agent_run_has_its_own_filter(tmp_path):
+    cfg = compose(["+experiment=ppo_multi_cartpole", "rollout.observation_filter=mean_std", "tracking=none",
+                   "progress=false", f"output_dir={tmp_path / 'out'}", "stop.training_iteration=2"])
+    r = run(cfg, launch_dir=tmp_path)
+    policies = torch.load(r.checkpoint_dir / "policy.pt", weights_only=True)["policies"]
+    n = {pid: p["obs_filter"]["n"] for pid, p in policies.items()}
+    # p0 and p1 each act for 2 of the 4 agents of every copy: each saw its own agents' observations
+    assert set(n) == {"p0", "p1"} and n["p0"] > 1000 and n["p1"] > 1000, n
+    assert not torch.equal(policies["p0"]["obs_filter"]["mean"], policies["p1"]["obs_filter"]["mean"])

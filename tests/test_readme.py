@@ -164,6 +164,9 @@ def run_python(block: Block, launch: Path) -> None:
     if "LOSSES.register" in code:  # "Put this in my_losses.py next to where you run rlrun"
         (launch / "my_losses.py").write_text(code)
         code = "import my_losses"
+    if "CALLBACKS.register" in code:  # "Put this in my_callbacks.py ..."; the bash block before uses it
+        (launch / "my_callbacks.py").write_text(code)
+        code = "import my_callbacks"
     if "mlflow.pyfunc.load_model" in code:
         db = launch / "mlflow.db"
         run_id = subprocess.run(
