@@ -144,3 +144,15 @@ def test_each_policy_of_a_multi_agent_run_has_its_own_filter(tmp_path):
     # p0 and p1 each act for 2 of the 4 agents of every copy: each saw its own agents' observations
     assert set(n) == {"p0", "p1"} and n["p0"] > 1000 and n["p1"] > 1000, n
     assert not torch.equal(policies["p0"]["obs_filter"]["mean"], policies["p1"]["obs_filter"]["mean"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["rollout.observation_filter=meanstd"], "rollout.observation_filter: 'meanstd' is not one of 'none', 'mean_std' "
+                                             "(did you mean 'mean_std'?)"),
+    (["rollout.observation_filter=mean_std", "rollout.observation_filter_clip=0"],
+     "rollout.observation_filter_clip: must be positive, got 0"),
+])
+def test_bad_filter_settings_are_refused_with_one_line(cli, args, message):
+    p = cli(*args, "tracking=none")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
