@@ -118,8 +118,8 @@ class WorkerSpec:
     seed: int
     worker_index: int = 0  # 0 = the local worker
     plugins: tuple[str, ...] = ()  # imported first, so plugin envs/models/losses exist in a remote worker
-    callbacks: tuple[str, ...] = ()  # registered Callbacks names
     launch_dir: str | None = None  # where plugin modules are looked up
+    callbacks: tuple[str, ...] = ()  # registered Callbacks names, called in order
 
 
 class WorkerBase:

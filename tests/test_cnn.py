@@ -3,6 +3,11 @@ and the MiniGrid preset's learning test."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -11,7 +16,7 @@ import torch
 from rlrun.cnn import CNNConfig, CNNModel, check_cnn_config
 from rlrun.schema import ConfigError
 
-from .conftest import run_summary
+from .conftest import REPO, run_summary
 
 
 @pytest.mark.parametrize("shape, order, channels", [
@@ -68,9 +73,17 @@ def test_the_cli_refuses_a_cnn_that_cannot_fit_before_compute(cli, tmp_path, arg
 
 
 @pytest.mark.slow
-def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps(cli):
-    p = cli("+experiment=ppo_minigrid_empty", "seed=0", "tracking=none")
+def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps_and_rlrun_eval_renders_it(cli, tmp_path):
+    p = cli("+experiment=ppo_minigrid_empty", "seed=0")
     assert p.returncode == 0, p.stderr[-3000:]
     s = run_summary(p.stdout)
     assert s["stopped"].startswith("rollout/episode_return_mean"), s
     assert float(s["final"]) >= 0.85 and int(s["steps"]) <= 200_000, s
+    # the saved CNN policy, greedy, on the same wrapped env (image observations) in rlrun-eval, with a GIF
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=10", "render=true",
+                        "render_episodes=1"], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = re.search(r"greedy return over 10 episodes: mean ([\d.]+)", p.stdout)
+    assert m and float(m[1]) >= 0.8, p.stdout
+    assert "episode.gif" in p.stdout, p.stdout

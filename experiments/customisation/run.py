@@ -91,10 +91,11 @@ print(f"RESULT steps_to_475={cb.hit[0] if cb.hit else 'none'} s_to_475={cb.hit[1
 '''
 
 
-def _run(argv: list[str], cwd: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run(argv: list[str], cwd: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str],
+                                                                             float]:
     t0 = time.perf_counter()
     p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=7200,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
     return p, time.perf_counter() - t0
 
 
@@ -102,7 +103,7 @@ def one_run(case: str, seed: int) -> dict[str, object]:
     preset, extra, _ = CASES[case]
     with tempfile.TemporaryDirectory(prefix="rlrun-custom-") as d:
         if preset is None:
-            p, wall = _run([sys.executable, "-c", SB3, str(seed)], d)
+            p, wall = _run([sys.executable, "-c", SB3, str(seed)], d, {"SB3_LOGDIR": d})  # not a dir in /tmp
             if p.returncode != 0:
                 return {"case": case, "seed": seed, "status": f"exit {p.returncode}: {p.stderr.strip()[-300:]}"}
             m = re.search(r"RESULT steps_to_475=(\S+) s_to_475=(\S+) final=(\S+)", p.stdout)

@@ -34,6 +34,9 @@ PRESETS: dict[str, list[str]] = {
     "ppo_multi_cartpole": ["+experiment=ppo_multi_cartpole"],
     "ppo_rps": ["+experiment=ppo_rps"],
     "ppo_simple_spread": ["+experiment=ppo_simple_spread"],
+    # customisation: a recurrent model on a wrapped env; a CNN on MiniGrid images
+    "ppo_lstm_stateless_cartpole": ["+experiment=ppo_lstm_stateless_cartpole"],
+    "ppo_minigrid_empty": ["+experiment=ppo_minigrid_empty"],
 }
 
 
