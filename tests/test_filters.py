@@ -109,14 +109,16 @@ def test_the_exported_model_takes_raw_observations_and_acts_like_the_policy(tmp_
 
 
 @pytest.mark.ray
-def test_filter_state_is_identical_on_every_ray_worker_after_a_sync(tmp_path):
+def test_filter_state_is_identical_on_every_ray_worker_after_a_sync_and_lstm_ppo_trains_there(tmp_path):
+    # the LSTM preset has the mean_std filter: one Ray instance checks both
     code = textwrap.dedent("""
         import numpy as np, ray
         from rlrun import make_trainer
-        t = make_trainer(["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2", "tracking=none",
-                          "rollout.observation_filter=mean_std"])
-        for _ in range(2):
-            t.train()
+        t = make_trainer(["+experiment=ppo_lstm_stateless_cartpole", "rollout=ray", "rollout.num_workers=2",
+                          "tracking=none"])
+        for _ in range(3):
+            r = t.train()
+        assert r["train/num_sgd_steps"] == 20 and np.isfinite(r["train/loss/total"]), r
         learner = t.policy.obs_filter.rs
         states = ray.get([w.get_filters.remote() for w in t.workers._remote.values()])
         for s in states:

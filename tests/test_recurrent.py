@@ -1,6 +1,7 @@
 """Recurrent models (model=lstm): sequence cutting and masking pinned on a scripted env, state
 carried and reset by the worker, learning on sequences equal to learning on each sequence alone,
-bad configs refused before compute, the MLflow model taking and returning state, and the preset."""
+bad configs refused before compute, the MLflow model taking and returning state, and the preset. (LSTM PPO on
+Ray workers: tests/test_filters.py, with the filter sync.)"""
 
 import os
 import re
@@ -22,7 +23,7 @@ from rlrun.policy import DEFAULT_POLICY_ID
 from rlrun.registry import ENVS
 from rlrun.sequences import SEQ_MASK, SequenceView, sequence_minibatch, sequence_starts
 from rlrun.workers import RolloutWorker, WorkerSpec
-from tests.conftest import REPO, isolated, rlrun_cmd, run_summary
+from tests.conftest import REPO, run_summary
 from tests.scripted_env import ScriptedVectorEnv
 
 load_builtins()
@@ -138,15 +139,6 @@ def test_a2c_and_pg_train_an_lstm_and_the_mlflow_model_takes_and_returns_state(t
         state, x_state = ref.state_out, out[:, 1:]
     p = cli("algo=pg", "model=lstm", "stop.training_iteration=2", "tracking=none")
     assert p.returncode == 0, p.stderr[-3000:]
-
-
-@pytest.mark.ray
-def test_lstm_ppo_runs_on_ray_workers(tmp_path):
-    p = subprocess.run(isolated(rlrun_cmd("+experiment=ppo_lstm_stateless_cartpole", "rollout=ray",
-                                          "rollout.num_workers=2", "stop.training_iteration=4", "tracking=none")),
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert run_summary(p.stdout)["stopped"] == "training_iteration = 4 >= 4"
 
 
 @pytest.mark.slow
