@@ -1,7 +1,7 @@
 """Recurrent models (model=lstm): sequence cutting and masking pinned on a scripted env, state
 carried and reset by the worker, learning on sequences equal to learning on each sequence alone,
-bad configs refused before compute, the MLflow model taking and returning state, and the preset. (LSTM PPO on
-Ray workers: tests/test_filters.py, with the filter sync.)"""
+bad configs refused before compute, the MLflow model taking and returning state, and the preset.
+(LSTM PPO on Ray workers: tests/test_filters.py, with the filter sync.)"""
 
 import os
 import re
