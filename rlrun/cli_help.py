@@ -69,12 +69,24 @@ def groups_text() -> str:
 def registries_text(argv: list[str]) -> str:
     """Registered names, after importing the ``plugins=[...]`` modules named in ``argv``."""
     from rlrun.cli_errors import load_argv_plugins
-    from rlrun.registry import ALGOS, DISTRIBUTIONS, ENVS, HEURISTICS, LOSSES, MODELS, OPTIMIZERS, POLICY_MAPPINGS
+    from rlrun.registry import (
+        ALGOS,
+        CALLBACKS,
+        DISTRIBUTIONS,
+        ENVS,
+        HEURISTICS,
+        LOSSES,
+        MODELS,
+        OPTIMIZERS,
+        POLICY_MAPPINGS,
+        WRAPPERS,
+    )
 
     problem = load_argv_plugins(argv)
     regs = {"algos": ALGOS, "losses": LOSSES, "models": MODELS, "action distributions": DISTRIBUTIONS,
             "optimizers (or any torch.optim class)": OPTIMIZERS,
             "envs (besides any gymnasium id and pettingzoo:<module>)": ENVS,
+            "env wrappers (env.wrappers)": WRAPPERS, "callbacks (callbacks=[...])": CALLBACKS,
             "heuristic policies (multiagent.policies.<id>.heuristic)": HEURISTICS,
             "policy mapping functions (multiagent.policy_mapping_fn)": POLICY_MAPPINGS}
     out = ["registered names (loss=custom loss.name=<loss>, model=custom model.name=<model>, env.id=<env>):"]
