@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-MLP = ["model=mlp", "~model.cell_size", "~model.post_hiddens", "~model.max_seq_len", "model.hiddens=[64,64]"]
+MLP = ["model=mlp", "~model.post_hiddens", "~model.max_seq_len", "model.hiddens=[64,64]"]  # the LSTM keys removed
 CASES = {  # case -> (preset, overrides, target)
     "lstm": ("ppo_lstm_stateless_cartpole", [], "475 within 200k env steps"),
     "mlp": ("ppo_lstm_stateless_cartpole", MLP, "far below the LSTM"),
