@@ -170,13 +170,28 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--update", action="store_true", help="keep results/latest.csv's rows of the other cases")
     args = ap.parse_args()
     jobs = [(c, s) for s in args.seeds for c in args.cases]  # interleaved: seed by seed
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda job: one_run(*job), jobs))
     for r in rows:
         print(r)
+    if args.update and (HERE / "results" / "latest.csv").exists():
+        with open(HERE / "results" / "latest.csv") as f:
+            kept = [{k: _num(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)
+                    if r["case"] not in args.cases]
+        rows = sorted(kept + rows, key=lambda r: (list(CASES).index(str(r["case"])), int(r["seed"])))
     write(rows, HERE / "results")
+
+
+def _num(v: str) -> object:
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
 
 
 if __name__ == "__main__":
