@@ -138,9 +138,9 @@ def write(rows: list[dict[str, object]], out: Path) -> None:
         steps = [r["env_steps"] for r in rs if "env_steps" in r]
         walls = [r["wall_s"] for r in rs if "wall_s" in r]
         finals = " / ".join(f"{r.get('final_return', 'failed')}" for r in rs)
-        lines.append(f"| {case} | {CASES[str(case)][2]} | {met}/{len(rs)} | "
-                     f"{statistics.median(steps) if steps else '-':,} | {statistics.median(walls) if walls else '-'} "
-                     f"| {finals} |")
+        med_steps = f"{statistics.median(steps):,.0f}" if steps else "-"
+        med_wall = f"{statistics.median(walls):.1f}" if walls else "-"
+        lines.append(f"| {case} | {CASES[str(case)][2]} | {met}/{len(rs)} | {med_steps} | {med_wall} | {finals} |")
     (out / "latest.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(rows, out / "latest.png")
