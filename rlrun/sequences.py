@@ -49,27 +49,22 @@ def sequence_starts(eps_id: np.ndarray, t: np.ndarray, max_seq_len: int) -> tupl
 def sequence_minibatches(lens: np.ndarray, rows_per_minibatch: int, rng: torch.Generator | None,
                          shuffle: bool = True) -> Iterator[np.ndarray]:
     """Sequence indices per minibatch: whole sequences, shuffled, each minibatch filled until it holds
-    at least ``rows_per_minibatch`` real rows; a rest of less than half that joins the last one (a
-    batch a few rows over the minibatch size makes one minibatch, not a second tiny one);
-    ``shuffle=False``: one minibatch of every sequence in order."""
+    at least ``rows_per_minibatch`` real rows (the last one may hold fewer); ``shuffle=False``: one
+    minibatch of every sequence in order."""
     if not shuffle:  # the minibatch is the whole batch
         yield np.arange(len(lens))
         return
     order = torch.randperm(len(lens), generator=rng).numpy()
-    groups: list[list[int]] = [[]]
+    group: list[int] = []
     rows = 0
     for s in order:
-        groups[-1].append(int(s))
+        group.append(int(s))
         rows += int(lens[s])
         if rows >= rows_per_minibatch:
-            groups.append([])
-            rows = 0
-    if len(groups) > 1 and rows < rows_per_minibatch // 2:  # a small rest joins the last minibatch
-        rest = groups.pop()
-        groups[-1] += rest
-    for g in groups:
-        if g:
-            yield np.asarray(g)
+            yield np.asarray(group)
+            group, rows = [], 0
+    if group:
+        yield np.asarray(group)
 
 
 def sequence_minibatch(tb: dict[str, torch.Tensor], starts: np.ndarray, lens: np.ndarray,

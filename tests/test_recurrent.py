@@ -21,7 +21,7 @@ from rlrun.lstm import LSTMConfig
 from rlrun.plugins import load_builtins
 from rlrun.policy import DEFAULT_POLICY_ID
 from rlrun.registry import ENVS
-from rlrun.sequences import SEQ_MASK, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
+from rlrun.sequences import SEQ_MASK, SequenceView, sequence_minibatch, sequence_starts
 from rlrun.workers import RolloutWorker, WorkerSpec
 from tests.conftest import REPO, run_summary
 from tests.scripted_env import ScriptedVectorEnv
@@ -153,12 +153,3 @@ def test_ppo_lstm_stateless_cartpole_reaches_475_within_200k_steps_and_evaluates
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"greedy return over 10 episodes: mean ([\d.]+)", p.stdout)
     assert m and float(m[1]) >= 400, p.stdout
-
-
-def test_minibatches_hold_whole_sequences_and_a_small_rest_joins_the_last_one():
-    lens = np.array([5, 3, 7, 2, 6, 1])  # 24 rows
-    groups = list(sequence_minibatches(lens, 10, torch.Generator().manual_seed(0)))
-    assert sorted(np.concatenate(groups).tolist()) == list(range(6))  # every sequence once, whole
-    assert all(lens[g].sum() >= 10 for g in groups)  # the rest (< 5 rows) was not left on its own
-    assert len(list(sequence_minibatches(lens, 23, None))) == 1  # 24 rows for 23: one minibatch
-    assert [g.tolist() for g in sequence_minibatches(lens, 24, None, shuffle=False)] == [list(range(6))]
