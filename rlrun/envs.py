@@ -84,6 +84,7 @@ def make_vector_env(
             return gym.vector.SyncVectorEnv([lambda: wrap_env(creator(**kwargs), specs) for _ in range(num_envs)])
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+    env_id = env_id.split(":", 1)[1] if ":" in env_id else env_id  # module:EnvId, its module imported above
     spec = gym.spec(env_id)
     mode = vectorize
     if mode == "auto":

@@ -43,6 +43,8 @@ def test_a_wrapper_without_a_vector_form_wraps_each_sub_env():
 
 def test_minigrid_gets_image_observations_from_its_wrapper():
     assert probe_env("MiniGrid-Empty-5x5-v0", wrappers=["minigrid_image"])[0].shape == (7, 7, 3)
+    # gymnasium's module:EnvId form imports the module first
+    assert probe_env("minigrid:MiniGrid-Empty-5x5-v0", wrappers=["minigrid_image"])[0].shape == (7, 7, 3)
     with pytest.raises(Exception, match="Dict observation space.*minigrid_image"):
         probe_env("MiniGrid-Empty-5x5-v0")
 
