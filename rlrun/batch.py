@@ -41,6 +41,7 @@ class SampleBatch(dict[str, np.ndarray]):
     ENDS: ClassVar[str] = "ends"  # the return recursion stops after this row (episode end or fragment cut)
     NSTEP_REWARDS: ClassVar[str] = "nstep_rewards"  # sum_k gamma^k r_{t+k} over up to n steps
     NSTEP_DISCOUNT: ClassVar[str] = "nstep_discount"  # gamma^k for the bootstrap; 0 after a termination
+    NSTEP_NEXT_OBS: ClassVar[str] = "nstep_new_obs"  # the observation the n-step bootstrap is taken from
 
     ALIASES: ClassVar[dict[str, str]] = {"next_obs": "new_obs"}  # rlrun's earlier names -> RLlib's
 

@@ -23,6 +23,7 @@ from rlrun.compose import compose_to_config
 from rlrun.config import ConfigError
 from rlrun.errors import (
     CheckpointError,
+    DataError,
     NonFiniteLossError,
     PluginError,
     RayConnectionError,
@@ -34,7 +35,7 @@ from rlrun.errors import (
 from rlrun.registry import RegistryError
 from rlrun.tracking import TrackingError
 
-USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError, PluginError)
+USER_ERRORS = (ConfigError, RegistryError, CheckpointError, TrackingError, RayConnectionError, PluginError, DataError)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlrun.conf", config_name="config")

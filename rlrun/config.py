@@ -19,6 +19,7 @@ from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
 from rlrun.multi_agent_config import MultiAgentConfig, check_multi_agent_config, learned_policies
 from rlrun.multi_agent_config import PolicyConfig as PolicyConfig  # re-exported
+from rlrun.offline.config import SAMPLER, OfflineConfig, check_offline_config, parse_input
 from rlrun.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
@@ -138,6 +139,11 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     multiagent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
+    # where experience comes from: sampler (the rollout workers), a directory or glob of rlrun Parquet
+    # files, or a weighted mix {sampler: 0.5, data/dir: 0.5} (rlrun/offline/)
+    input: Any = SAMPLER
+    output: str | None = None  # also write every sampled batch as Parquet files to this directory
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
     seed: int = 0
     # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
     stop: dict[str, float] = field(default_factory=lambda: {"timesteps_total": 100_000})
@@ -228,7 +234,7 @@ def check_config(cfg: RunConfig) -> RunConfig:
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
-                  _check_plugin_rules, _check_recurrent, check_multi_agent_config):
+                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, check_offline_config):
         check(cfg)
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
@@ -299,6 +305,8 @@ def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
 
 def _check_batch_arithmetic(cfg: RunConfig) -> None:
     r, a = cfg.rollout, cfg.algo
+    if parse_input(cfg.input) != [(SAMPLER, 1.0)]:  # rows read from files (a mix samples whole rounds)
+        return
     workers = max(r.num_workers, 1)
     for key in ("rollout_fragment_length", "num_envs_per_worker"):
         if int(getattr(r, key)) < 1:

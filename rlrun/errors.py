@@ -51,3 +51,7 @@ def is_sigterm(e: BaseException) -> bool:
 
 class PluginError(ValueError):
     """User code (a model, a loss, an env) broke its contract: wrong shapes, wrong return types."""
+
+
+class DataError(ValueError):
+    """Offline data that cannot be used (a file, a column, a value): one line naming the file and column."""

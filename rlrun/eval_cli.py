@@ -2,9 +2,10 @@
 
     rlrun-eval checkpoint=<dir | run output dir | MLflow run id | latest> episodes=20 render=true
 
-Prints the mean/min/max greedy return. With ``render=true`` it also plays ``render_episodes``
-episodes on an ``rgb_array`` env and writes them as an animated GIF. When the checkpoint belongs
-to an MLflow run, the result (``result.json``) and the video are logged to that run under
+Prints the mean/min/max greedy return. With ``output=<dir>`` it records the episodes instead, as
+an offline dataset (Parquet; ``explore=true`` samples actions as in training). With ``render=true``
+it also plays ``render_episodes`` episodes on an ``rgb_array`` env and writes them as an animated
+GIF. When the checkpoint belongs to an MLflow run, the result (``result.json``) and the video are logged to that run under
 ``evaluation/<checkpoint name>/``; otherwise they are written to ``out`` (default
 ``./rlrun-eval/<checkpoint name>``).
 """
@@ -24,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.checkpoint import CheckpointError, resolve_resume
+from rlrun.errors import DataError
 from rlrun.registry import ENVS, RegistryError
 from rlrun.schema import ConfigError, from_dict
 
@@ -43,6 +45,8 @@ class EvalArgs:
     tracking_uri: str | None = None  # None: the checkpoint's config, else sqlite:///<cwd>/mlflow.db
     log: bool = True  # log to the checkpoint's MLflow run when it has one
     out: str | None = None  # also write result.json and the video here
+    output: str | None = None  # record the episodes as an offline dataset (Parquet) in this directory
+    explore: bool = False  # with output: sample actions from the policy's distribution (else greedy)
 
 
 EVAL_HELP = """\
@@ -64,9 +68,12 @@ options (defaults in brackets):
   tracking_uri=URI      MLflow store [the checkpoint's config, else sqlite:///$PWD/mlflow.db]
   log=false             do not log to the checkpoint's MLflow run [true]
   out=DIR               also write result.json and the video here
+  output=DIR            record the episodes as an offline dataset (Parquet files) in DIR
+  explore=true          with output=: sample actions as in training instead of greedy ones [false]
 
-example:
-  rlrun-eval checkpoint=latest episodes=20 render=true"""
+examples:
+  rlrun-eval checkpoint=latest episodes=20 render=true
+  rlrun-eval checkpoint=latest episodes=100 explore=true output=data/cartpole"""
 
 
 def parse_args(argv: list[str]) -> EvalArgs:
@@ -79,6 +86,8 @@ def parse_args(argv: list[str]) -> EvalArgs:
     args = from_dict(EvalArgs, raw, "")  # unknown keys and wrong types are named here
     if not args.checkpoint:
         raise ConfigError("checkpoint: missing (a checkpoint dir, a run's output dir, an MLflow run id or latest)")
+    if args.explore and not args.output:
+        raise ConfigError("explore: true only applies to recording; add output=<dir>")
     for key in ("episodes", "num_envs", "render_episodes", "max_frames", "frame_skip"):
         if getattr(args, key) < 1:
             raise ConfigError(f"{key}: must be >= 1, got {getattr(args, key)}")
@@ -197,15 +206,18 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         policies = {pid: lp.policy for pid, lp in everyone.items()}
         cfg = loaded.cfg
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
-        if cfg.multiagent.policies:
+        if args.output:
+            res = _record(args, policies, cfg, describe(loaded))
+        elif cfg.multiagent.policies:
             from rlrun.ma_evaluation import evaluate_multi_agent
 
             res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed)
         else:
             res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed)
         info = {**describe(loaded), "checkpoint": str(path), **res.metrics(), "returns": res.returns}
+        kind = "sampled-action" if args.explore else "greedy"
         print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "
-              f"({info['timesteps_total']} env steps): greedy return over {len(res.returns)} episodes: "
+              f"({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "
               f"mean {info['eval/episode_return_mean']:.2f}, min {info['eval/episode_return_min']:.2f}, "
               f"max {info['eval/episode_return_max']:.2f}", flush=True)
         run_id = info.get("mlflow_run_id") if args.log and cfg.tracking.backend == "mlflow" else None
@@ -236,6 +248,19 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     return info
 
 
+def _record(args: EvalArgs, policies: dict[str, Any], cfg: Any, about: dict[str, Any]) -> Any:
+    """``output=``: the episodes recorded as a dataset; their returns as the result."""
+    from rlrun.evaluation import EvalResult
+    from rlrun.offline.record import record_dataset
+
+    for p in policies.values():  # epsilon and other schedules continue from where training stopped
+        p.global_timestep = int(about.get("timesteps_total") or 0)
+    writer = record_dataset(policies, cfg, str(args.output), args.episodes, args.num_envs, args.seed, args.explore)
+    print(f"rlrun-eval: recorded {len(writer.episode_returns)} episodes, {writer.rows_written} rows, in "
+          f"{len(writer.files)} Parquet file(s) to {args.output}", flush=True)
+    return EvalResult(writer.episode_returns, writer.episode_lengths)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in argv):
@@ -244,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args = parse_args(argv)
         evaluate_checkpoint(args, Path(os.getcwd()).resolve())
-    except (ConfigError, CheckpointError, RegistryError) as e:
+    except (ConfigError, CheckpointError, RegistryError, DataError) as e:
         print(f"rlrun-eval: error: {e}", file=sys.stderr)
         sys.exit(2)
 

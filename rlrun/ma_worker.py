@@ -140,7 +140,7 @@ class MultiAgentRolloutWorker(WorkerBase):
         """The policy's time-major fragment ``[T, slots]`` -> postprocessed flat batch of valid rows."""
         policy = self.policy_map[pid]
         frag = SampleBatch({k: np.stack(v) for k, v in buf.items()})
-        if policy.needs_next_obs:
+        if policy.needs_next_obs or self.spec.record_next_obs:
             frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[pid][None]], axis=0)
         frag = policy.postprocess_trajectory(frag, policy.compute_values(self.obs[pid]))
         return flatten_fragment(frag)

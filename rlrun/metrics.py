@@ -3,7 +3,8 @@
 Names are ``namespace/name``: ``rollout/`` (episodes, from the workers), ``time/`` (where an
 iteration's seconds went, throughput), ``workers/`` (health of remote workers), ``train/`` (the
 learner; a loss adds its terms as ``train/loss/<term>`` and its stats as ``train/<stat>``),
-``eval/`` (greedy evaluation). MLflow draws one chart section per prefix, sorted by name, so the
+``eval/`` (greedy evaluation), ``offline/`` (rows read from
+``input`` files). MLflow draws one chart section per prefix, sorted by name, so the
 return curves (``eval/``, ``rollout/``) come before the learner's charts.
 """
 
@@ -27,6 +28,7 @@ WORKER_METRICS = ("workers/num_healthy", "workers/num_restarts", "workers/num_dr
 POLICY_METRICS = ("train/loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps", "train/explained_variance")
 EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/episode_return_max",
                 "eval/episode_len_mean", "eval/num_episodes")
+OFFLINE_METRICS = ("offline/rows_read", "offline/passes")  # rows read from input files; full passes over them
 EPISODE_WINDOW = 100  # rollout/episode_* are over the last 100 completed episodes
 
 
@@ -43,7 +45,7 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     learner = [*POLICY_METRICS, *(m for m in algo_metrics if m.startswith("train/"))]
     learner += [f"train/loss/{t}" for t in loss_terms]
     learner += [f"train/{s}" for s in loss_stats]
-    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *EVAL_METRICS, *algo_metrics]
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *EVAL_METRICS, *OFFLINE_METRICS, *algo_metrics]
     if not policies:
         return sorted({*names, *learner})
     names.append("rollout/agent_steps_this_iter")

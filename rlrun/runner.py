@@ -30,6 +30,8 @@ from rlrun.envs import probe_env
 from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.multi_agent import probe_multi_agent_env
+from rlrun.offline.config import SAMPLER
+from rlrun.offline.input import check_input
 from rlrun.plugins import load_plugins
 from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
@@ -159,6 +161,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     else:
         spaces = probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize, wrappers=cfg.env.wrappers)
         check_model_fits(cfg.model, *spaces)
+        if cfg.input != SAMPLER:  # every input file: footer, columns, spaces, rewards (one line naming the file)
+            check_input(cfg, *spaces)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

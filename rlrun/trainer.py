@@ -28,6 +28,9 @@ from rlrun.envs import env_from_config
 from rlrun.evaluation import EvalResult, evaluate
 from rlrun.metrics import EPISODE_WINDOW, per_policy
 from rlrun.multi_agent_config import policies_to_train
+from rlrun.offline.config import SAMPLER, parse_input
+from rlrun.offline.input import Experience, make_writers
+from rlrun.offline.parquet import DatasetWriter
 from rlrun.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
 from rlrun.worker_set import WorkerSet
 from rlrun.workers import make_policy_factory
@@ -54,6 +57,12 @@ class Trainer:
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
         self._eval_env: Any = None
         self.callbacks: CallbackList = self.workers.local_worker.callbacks  # one instance with the local worker
+        self.experience: Experience | None = None  # `input` other than the sampler: files (rlrun/offline/)
+        if parse_input(cfg.input) != [(SAMPLER, 1.0)]:
+            w = self.workers.local_worker
+            self.experience = Experience(cfg, self._sample, self.policy, w.obs_space, w.action_space)
+        self.writers: dict[str, DatasetWriter] = \
+            make_writers(cfg, self.policies, self.multi_agent) if cfg.output is not None else {}
 
     @property
     def policy(self) -> Policy:
@@ -62,20 +71,42 @@ class Trainer:
 
     # ------------------------------------------------------------------ the iteration
     def sample_batch(self) -> Any:
-        """Fragments from all workers until ``train_batch_size`` env steps (multi-agent: env or agent
-        steps, ``multiagent.count_steps_by``); exact counts are reported: each fragment may hold up to
-        num_envs - 1 extra rows. A SampleBatch, or a MultiAgentBatch in a multi-agent run."""
+        """``train_batch_size`` rows from the run's ``input``: fragments from all workers (multi-agent:
+        env or agent steps, ``multiagent.count_steps_by``; each fragment may hold up to num_envs - 1
+        extra rows, and exact counts are reported), rows read from files, or both. A SampleBatch, or a
+        MultiAgentBatch in a multi-agent run. Sampled fragments go to the ``output`` writers."""
+        batch: Any
+        if self.experience is not None:
+            batch, sampled = self.experience.next_batch(self.config.train_batch_size)
+        else:
+            sampled = self._sample(self.config.train_batch_size)
+            batch = MultiAgentBatch.concat(sampled) if self.multi_agent else concat_samples(sampled)  # type: ignore[arg-type]
+        if self.writers:
+            self._record(sampled)
+        return batch
+
+    def _record(self, sampled: list[Any]) -> None:
+        for b in sampled:
+            if self.multi_agent:
+                for pid, writer in self.writers.items():
+                    if pid in b.policy_batches:
+                        writer.write(b[pid])
+            else:
+                self.writers[DEFAULT_POLICY_ID].write(b)
+
+    def _sample(self, rows: int) -> list[Any]:
+        """Fragments from the workers until they hold at least ``rows`` steps."""
         interval = self.algorithm.async_broadcast_interval
         batches: list[Any] = []
         n = 0
         by_agents = self.cfg.multiagent.count_steps_by == "agent_steps"
-        while n < self.config.train_batch_size:
+        while n < rows:
             got: list[Any] = self.workers.sample() if interval is None else \
                 self.workers.sample_async(interval(self.config))
             for b in got:
                 batches.append(b)
                 n += (b.agent_steps() if by_agents else b.count) if self.multi_agent else len(b)
-        return MultiAgentBatch.concat(batches) if self.multi_agent else concat_samples(batches)
+        return batches
 
     def learn(self, batch: Any) -> dict[str, float]:
         """Each trainable policy learns on its batch with its algorithm's learn hook (a multi-agent
@@ -127,6 +158,7 @@ class Trainer:
             "time/iteration_s": t3 - t0,
             **self._worker_metrics(),
             **custom_metric_summary(episodes.custom or {}),
+            **(self.experience.metrics() if self.experience is not None else {}),
             **stats,
         }
         ev = self.cfg.evaluation
@@ -223,6 +255,9 @@ class Trainer:
         self.workers.sync_weights(self.timesteps_total)
 
     def stop(self) -> None:
+        """Close the envs and workers; the ``output`` writers write what they hold (running episodes too)."""
+        for writer in self.writers.values():
+            writer.close()
         if self._eval_env is not None:
             self._eval_env.close()
         self.workers.stop()

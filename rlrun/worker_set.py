@@ -108,7 +108,7 @@ class WorkerSet:
     def _spec(self, seed: int, index: int) -> WorkerSpec:
         c = self.cfg
         return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
-                          callbacks=tuple(c.callbacks))
+                          callbacks=tuple(c.callbacks), record_next_obs=c.output is not None)
 
     @property
     def ray_address(self) -> str | None:

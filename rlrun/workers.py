@@ -120,6 +120,7 @@ class WorkerSpec:
     plugins: tuple[str, ...] = ()  # imported first, so plugin envs/models/losses exist in a remote worker
     launch_dir: str | None = None  # where plugin modules are looked up
     callbacks: tuple[str, ...] = ()  # registered Callbacks names, called in order
+    record_next_obs: bool = False  # add NEXT_OBS even if the algorithm does not need it (``output`` records it)
 
 
 class WorkerBase:
@@ -216,6 +217,7 @@ class RolloutWorker(WorkerBase):
         self._eps_id = self._id_base + np.arange(n, dtype=np.int64)
         self._episodes = EpisodeStats([], [])
         self._started = False
+        self.explore = True  # False: greedy actions (rlrun-eval ... explore=false output=<dir>)
         if self._tracker:
             self._tracker.reset(raw, infos, self._eps_id)
         self.env_steps_sampled = 0
@@ -238,8 +240,8 @@ class RolloutWorker(WorkerBase):
             if step == cap:
                 buf = self._grow(buf, cap)
                 cap *= 2
-            out = self.policy.compute_actions(self.obs, state=self._state) if self._recurrent else \
-                self.policy.compute_actions(self.obs)
+            out = self.policy.compute_actions(self.obs, self.explore, self._state) if self._recurrent else \
+                self.policy.compute_actions(self.obs, self.explore)
             actions = out.actions
             env_actions = np.clip(actions, self._low, self._high) if self._box else actions
             raw_next, rew, term, trunc, infos = self.env.step(env_actions)
@@ -265,7 +267,7 @@ class RolloutWorker(WorkerBase):
         frag = SampleBatch({k: v[:step] for k, v in buf.items()})
         if self.complete_episodes:  # drop each sub-env's unfinished tail
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
-        if self.policy.needs_next_obs:  # next-step autoreset: the dummy row's obs is the final obs
+        if self.policy.needs_next_obs or self.spec.record_next_obs:  # the dummy row's obs is the final obs
             frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
         last_values = self.policy.compute_values(self.obs, self._state) if self._recurrent else \
             self.policy.compute_values(self.obs)

@@ -100,7 +100,7 @@ def test_pg_and_a2c_gradient_signs_and_values():
 def test_dqn_td_target_double_q_and_huber():
     q_online = Fixed([[1.0, 2.0]], [0.0])
     target = Fixed([[10.0, 4.0]], [0.0])
-    batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.NEXT_OBS: torch.zeros(1, 1),
+    batch = {SB.OBS: torch.zeros(1, 1), SB.ACTIONS: torch.tensor([0]), SB.NSTEP_NEXT_OBS: torch.zeros(1, 1),
              SB.NSTEP_REWARDS: torch.tensor([1.0]), SB.NSTEP_DISCOUNT: torch.tensor([0.5])}
     policy = policy_for("dqn", DQNLossConfig(huber_delta=0.0), DQNConfig(double_q=True, epsilon=[[0, 0.1]]))
     policy.state_as(DQNState).target_model = target

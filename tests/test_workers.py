@@ -117,7 +117,8 @@ def test_next_obs_and_nstep_columns_for_replay_algorithms():
                                                model_config=ModelConfig(name="value_is_ten_t"))}
 
     b = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), factory).sample()
-    t, nt = b[SB.OBS][:, 1], b[SB.NEXT_OBS][:, 1]
+    t, nt = b[SB.OBS][:, 1], b[SB.NSTEP_NEXT_OBS][:, 1]
+    assert not (b[SB.NEXT_OBS][:, 1] - t - 1).any()  # NEXT_OBS stays the next step's observation
     ended = b[SB.TERMINATEDS] | b[SB.TRUNCATEDS]
     env_id = b[SB.OBS][:, 0]
     length = np.where(env_id == 0, 3, 4)

@@ -154,13 +154,14 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
 
 
 def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
-    """n-step rewards and discounts; NEXT_OBS becomes the observation n steps later."""
+    """n-step rewards and discounts, and the observation n steps later (NEXT_OBS stays the next one,
+    so recorded data keeps its meaning)."""
     cfg = policy.config_as(DQNConfig)
     res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), cfg.n_step,
                         cfg.gamma)
     T, B = fragment[SB.REWARDS].shape
     rows = np.minimum(np.arange(T)[:, None] + np.maximum(res.offsets, 1) - 1, T - 1)
-    fragment[SB.NEXT_OBS] = fragment[SB.NEXT_OBS][rows, np.arange(B)[None, :]]
+    fragment[SB.NSTEP_NEXT_OBS] = fragment[SB.NEXT_OBS][rows, np.arange(B)[None, :]]
     fragment[SB.NSTEP_REWARDS] = res.rewards
     fragment[SB.NSTEP_DISCOUNT] = res.discounts
     return fragment
@@ -168,7 +169,7 @@ def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB
 
 @LOSSES.register(
     "dqn_td", config=DQNLossConfig,
-    requires=(SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
+    requires=(SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
     terms=("td",), stats=("q_mean", "target_mean", "epsilon"),
 )
 def dqn_td_loss(
@@ -181,9 +182,9 @@ def dqn_td_loss(
     q = model(batch[SB.OBS]).dist_inputs
     q_sa = q.gather(-1, batch[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        q_next_target = target_model(batch[SB.NEXT_OBS]).dist_inputs
+        q_next_target = target_model(batch[SB.NSTEP_NEXT_OBS]).dist_inputs
         if cfg.double_q:
-            best = model(batch[SB.NEXT_OBS]).dist_inputs.argmax(-1, keepdim=True)
+            best = model(batch[SB.NSTEP_NEXT_OBS]).dist_inputs.argmax(-1, keepdim=True)
             q_next = q_next_target.gather(-1, best).squeeze(-1)
         else:
             q_next = q_next_target.max(-1).values
@@ -194,7 +195,7 @@ def dqn_td_loss(
                                        "epsilon": epsilon(policy)})
 
 
-REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
 
 
 def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
@@ -221,7 +222,7 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
 DQN = register_algorithm(Algorithm(
     "dqn", DQNConfig, default_loss="dqn_td", postprocess=dqn_postprocess, compute_actions=dqn_actions,
     make_state=dqn_state, learn=dqn_learn, needs_next_obs=True,
-    provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
+    provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
     metrics=("train/replay_size", "train/num_target_updates"),
     description="DQN with double Q, dueling heads, n-step returns",
 ))

@@ -1,0 +1,116 @@
+"""The ``input``, ``output`` and ``offline`` settings of a run, and their checks.
+
+    input: sampler                         # the rollout workers (default)
+    input: data/cartpole                   # a directory (or glob) of rlrun Parquet files
+    input: {sampler: 0.5, data/cartpole: 0.5}   # a weighted mix per train batch
+    output: data/run1                      # also write every sampled batch there
+
+Kept free of torch and pyarrow so the CLI can check a config before importing either.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlrun.schema import ConfigError, show
+
+SAMPLER = "sampler"
+
+
+@dataclass
+class OfflineConfig:
+    shuffle_buffer: int = 10_000  # rows read ahead and drawn at random (1: file order)
+    output_file_size_mb: float = 64.0  # an output file is closed once its rows reach about this size
+    # also write the algorithm's postprocessed columns (advantages, value targets, ...) to output files
+    output_postprocessed: bool = False
+
+
+def parse_input(value: Any, key: str = "input") -> list[tuple[str, float]]:
+    """``input`` -> ``[(source, weight)]`` with weights summing to 1: ``sampler`` or a path/glob."""
+    if value is None:  # the offline presets leave it to the user
+        raise ConfigError(f"{key}: this run trains from recorded data: set {key}=<dir of rlrun Parquet files>; "
+                          "record some with `rlrun-eval checkpoint=<a trained run> episodes=100 explore=true "
+                          "output=<dir>` or any run with output=<dir>")
+    if isinstance(value, str):
+        if not value.strip():
+            raise ConfigError(f"{key}: empty; use 'sampler' or a directory of rlrun Parquet files")
+        return [(value, 1.0)]
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{key}: expected 'sampler', a directory or glob of Parquet files, or a mapping "
+                          f"{{source: weight}}, got {show(value)}")
+    out: list[tuple[str, float]] = []
+    for source, weight in value.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight <= 0:
+            raise ConfigError(f"{key}.{source}: weight must be a positive number, got {show(weight)}")
+        out.append((str(source), float(weight)))
+    total = sum(w for _, w in out)
+    return [(s, w / total) for s, w in out]
+
+
+def is_sampler_only(value: Any) -> bool:
+    return value == SAMPLER
+
+
+def input_files(source: str, key: str = "input") -> list[Path]:
+    """The Parquet files of one input source (a directory, searched recursively, or a glob), sorted;
+    refused when there are none."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.parquet") if not p.name.startswith((".", "_")))
+    elif path.is_file():
+        files = [path]
+    else:
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if p.endswith(".parquet"))
+    if not files:
+        what = "no .parquet files in directory" if path.is_dir() else "no such directory or file"
+        raise ConfigError(f"{key}: {what} '{source}'. Record data with `rlrun ... output=<dir>` or "
+                          f"`rlrun-eval checkpoint=latest episodes=100 explore=true output=<dir>`")
+    return files
+
+
+def check_offline_config(cfg: Any) -> None:
+    """``input``/``output``/``offline`` values, before compute. ``cfg`` is a RunConfig."""
+    sources = parse_input(cfg.input)
+    o = cfg.offline
+    if o.shuffle_buffer < 1:
+        raise ConfigError(f"offline.shuffle_buffer: must be at least 1, got {o.shuffle_buffer}")
+    if not o.output_file_size_mb > 0:
+        raise ConfigError(f"offline.output_file_size_mb: must be positive, got {o.output_file_size_mb:g}")
+    for source, _ in sources:
+        if source == SAMPLER:
+            continue
+        if source.startswith("minari:"):
+            raise ConfigError(f"input: '{source}': Minari datasets are not supported yet; convert the dataset to "
+                              "rlrun Parquet files or record data with output=<dir>")
+        input_files(source, f"input ({source})")
+    offline_sources = [s for s, _ in sources if s != SAMPLER]
+    if offline_sources and cfg.multiagent.policies:
+        raise ConfigError("input: multi-agent runs train from their rollout workers only (input=sampler); read one "
+                          "policy's recorded data in a single-agent run: input=<output dir>/<policy id>")
+    if offline_sources and cfg.model and _recurrent(cfg.model.name):
+        raise ConfigError(f"input: recurrent models (model.name={cfg.model.name}) train from their rollout workers "
+                          "only (input=sampler)")
+    if cfg.output is not None:
+        _check_output(cfg, offline_sources)
+
+
+def _check_output(cfg: Any, offline_sources: list[str]) -> None:
+    out = Path(cfg.output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output: '{cfg.output}' exists and is not a directory")
+    if cfg.rollout.observation_filter != "none":
+        raise ConfigError(f"output: recording with rollout.observation_filter={cfg.rollout.observation_filter} is "
+                          "not supported (batches hold filtered observations); set rollout.observation_filter=none")
+    for source in offline_sources:
+        if Path(source).expanduser().resolve() == out.resolve():
+            raise ConfigError(f"output: '{cfg.output}' is also an input; write to another directory")
+
+
+def _recurrent(model_name: str) -> bool:
+    from rlrun.registry import MODELS
+
+    return bool(model_name in MODELS and MODELS.entry(model_name).info.get("recurrent"))
