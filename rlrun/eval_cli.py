@@ -5,8 +5,8 @@
 Prints the mean/min/max greedy return. With ``output=<dir>`` it records the episodes instead, as
 an offline dataset (Parquet; ``explore=true`` samples actions as in training). With ``render=true``
 it also plays ``render_episodes`` episodes on an ``rgb_array`` env and writes them as an animated
-GIF. When the checkpoint belongs to an MLflow run, the result (``result.json``) and the video are logged to that run under
-``evaluation/<checkpoint name>/``; otherwise they are written to ``out`` (default
+GIF. When the checkpoint belongs to an MLflow run, the result (``result.json``) and the video are
+logged to that run under ``evaluation/<checkpoint name>/``; otherwise they are written to ``out`` (default
 ``./rlrun-eval/<checkpoint name>``).
 """
 
