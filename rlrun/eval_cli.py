@@ -256,8 +256,9 @@ def _record(args: EvalArgs, policies: dict[str, Any], cfg: Any, about: dict[str,
     for p in policies.values():  # epsilon and other schedules continue from where training stopped
         p.global_timestep = int(about.get("timesteps_total") or 0)
     writer = record_dataset(policies, cfg, str(args.output), args.episodes, args.num_envs, args.seed, args.explore)
-    print(f"rlrun-eval: recorded {len(writer.episode_returns)} episodes, {writer.rows_written} rows, in "
-          f"{len(writer.files)} Parquet file(s) to {args.output}", flush=True)
+    where = "as a Minari dataset" if not writer.files else f"in {len(writer.files)} Parquet file(s)"
+    print(f"rlrun-eval: recorded {len(writer.episode_returns)} episodes, {writer.rows_written} rows, {where} to "
+          f"{args.output}", flush=True)
     return EvalResult(writer.episode_returns, writer.episode_lengths)
 
 

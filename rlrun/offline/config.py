@@ -2,8 +2,9 @@
 
     input: sampler                         # the rollout workers (default)
     input: data/cartpole                   # a directory (or glob) of rlrun Parquet files
+    input: minari:cartpole/expert-v0       # a local Minari dataset
     input: {sampler: 0.5, data/cartpole: 0.5}   # a weighted mix per train batch
-    output: data/run1                      # also write every sampled batch there
+    output: data/run1                      # also write every sampled batch there (or minari:<new id>)
 
 Kept free of torch and pyarrow so the CLI can check a config before importing either.
 """
@@ -19,6 +20,7 @@ from typing import Any
 from rlrun.schema import ConfigError, show
 
 SAMPLER = "sampler"
+MINARI = "minari:"
 
 
 @dataclass
@@ -83,10 +85,11 @@ def check_offline_config(cfg: Any) -> None:
     for source, _ in sources:
         if source == SAMPLER:
             continue
-        if source.startswith("minari:"):
-            raise ConfigError(f"input: '{source}': Minari datasets are not supported yet; convert the dataset to "
-                              "rlrun Parquet files or record data with output=<dir>")
-        input_files(source, f"input ({source})")
+        if source.startswith(MINARI):
+            if not source[len(MINARI):].strip():
+                raise ConfigError(f"input: '{source}': name the dataset, e.g. minari:cartpole/expert-v0")
+            continue  # looked up with the env's spaces (rlrun/offline/minari_io.py)
+        input_files(source, "input" if len(sources) == 1 else f"input.{source}")
     offline_sources = [s for s, _ in sources if s != SAMPLER]
     if offline_sources and cfg.multiagent.policies:
         raise ConfigError("input: multi-agent runs train from their rollout workers only (input=sampler); read one "
@@ -99,6 +102,13 @@ def check_offline_config(cfg: Any) -> None:
 
 
 def _check_output(cfg: Any, offline_sources: list[str]) -> None:
+    if cfg.output.startswith(MINARI):
+        if cfg.multiagent.policies:
+            raise ConfigError("output: a multi-agent run writes rlrun Parquet files (one directory per policy), "
+                              "not a Minari dataset")
+        from rlrun.offline.minari_io import check_output
+
+        check_output(cfg.output)
     out = Path(cfg.output).expanduser()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output: '{cfg.output}' exists and is not a directory")
@@ -106,7 +116,7 @@ def _check_output(cfg: Any, offline_sources: list[str]) -> None:
         raise ConfigError(f"output: recording with rollout.observation_filter={cfg.rollout.observation_filter} is "
                           "not supported (batches hold filtered observations); set rollout.observation_filter=none")
     for source in offline_sources:
-        if Path(source).expanduser().resolve() == out.resolve():
+        if source == cfg.output or Path(source).expanduser().resolve() == out.resolve():
             raise ConfigError(f"output: '{cfg.output}' is also an input; write to another directory")
 
 

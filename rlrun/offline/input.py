@@ -17,9 +17,9 @@ import gymnasium as gym
 
 from rlrun.algorithm import COLLECTED_COLUMNS, get_algorithm
 from rlrun.batch import SampleBatch, concat_samples
-from rlrun.offline.config import SAMPLER, input_files, parse_input
+from rlrun.offline.config import MINARI, SAMPLER, input_files, parse_input
 from rlrun.offline.parquet import ACTION_PROB, DatasetWriter
-from rlrun.offline.reader import ParquetReader, check_file
+from rlrun.offline.reader import ParquetReader, ShuffledReader, check_file
 from rlrun.offline.spaces import space_to_json
 
 SB = SampleBatch
@@ -32,8 +32,13 @@ def check_input(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> int:
         needed.append(SB.NEXT_OBS)
     n = 0
     for source, _ in parse_input(cfg.input):
-        if source != SAMPLER:
-            for path in input_files(source, f"input ({source})"):
+        if source.startswith(MINARI):
+            from rlrun.offline.minari_io import check_minari
+
+            check_minari(source, obs_space, action_space)
+            n += 1
+        elif source != SAMPLER:
+            for path in input_files(source):
                 check_file(path, needed, obs_space, action_space)
                 n += 1
     return n
@@ -47,9 +52,8 @@ class Experience:
         self.sample = sample  # rows -> fragments from the workers, at least that many rows
         sources = parse_input(cfg.input)
         self.sampler_share = sum(w for s, w in sources if s == SAMPLER)
-        self.readers: list[tuple[ParquetReader, float]] = [
-            (ParquetReader(input_files(s), policy, obs_space, action_space, cfg.offline.shuffle_buffer,
-                           cfg.seed + i), w)
+        self.readers: list[tuple[ShuffledReader, float]] = [
+            (reader(s, policy, obs_space, action_space, cfg.offline.shuffle_buffer, cfg.seed + i), w)
             for i, (s, w) in enumerate(sources) if s != SAMPLER
         ]
 
@@ -79,6 +83,16 @@ class Experience:
                 "offline/passes": float(min(r.passes for r, _ in self.readers))}
 
 
+def reader(source: str, policy: Any, obs_space: gym.Space, action_space: gym.Space, shuffle_buffer: int,
+           seed: int) -> ShuffledReader:
+    """The reader of one ``input`` source: a Minari dataset, or rlrun Parquet files."""
+    if source.startswith(MINARI):
+        from rlrun.offline.minari_io import MinariReader
+
+        return MinariReader(source, policy, obs_space, action_space, shuffle_buffer, seed)
+    return ParquetReader(input_files(source), policy, obs_space, action_space, shuffle_buffer, seed)
+
+
 def dataset_meta(cfg: Any, policy_id: str, obs_space: gym.Space, action_space: gym.Space,
                  explore: bool = True) -> dict[str, Any]:
     from rlrun import __version__
@@ -97,6 +111,12 @@ def make_writers(cfg: Any, policies: Mapping[str, Any], multi_agent: bool, explo
         if not hasattr(policy, "observation_space"):
             continue
         meta = dataset_meta(cfg, pid, policy.observation_space, policy.action_space, explore)
+        if cfg.output.startswith(MINARI):
+            from rlrun.offline.minari_io import MinariWriter
+
+            out[pid] = MinariWriter(cfg.output, meta, cfg.env.id, policy.observation_space, policy.action_space,
+                                    cfg.offline.output_file_size_mb, max_episodes)
+            continue
         directory = Path(cfg.output) / pid if multi_agent else Path(cfg.output)
         out[pid] = DatasetWriter(directory, meta, cfg.offline.output_file_size_mb, columns,
                                  by_episode=not multi_agent, max_episodes=max_episodes)

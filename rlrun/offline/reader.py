@@ -62,25 +62,26 @@ def check_file(path: Path, needed: Sequence[str], obs_space: gym.Space, action_s
     return meta
 
 
-class ParquetReader:
-    """Train batches drawn from rlrun Parquet files through a shuffle buffer (see the module doc)."""
+class ShuffledReader:
+    """Train batches through a shuffle buffer from a stream of episode pieces (``_pieces``), each
+    postprocessed by the learner's policy as a rollout worker's fragment would be."""
 
-    def __init__(self, files: Sequence[Path], policy: Any, obs_space: gym.Space, action_space: gym.Space,
-                 shuffle_buffer: int = 10_000, seed: int = 0, chunk_rows: int = 8192) -> None:
-        self.files = list(files)
+    def __init__(self, policy: Any, shuffle_buffer: int = 10_000, seed: int = 0) -> None:
         self.policy = policy
-        self.needed = [*REQUIRED_COLUMNS, *([SB.NEXT_OBS] if policy.needs_next_obs else [])]
-        self.meta = {p: check_file(p, self.needed, obs_space, action_space) for p in self.files}
         self.shuffle_buffer = shuffle_buffer
-        self.chunk_rows = chunk_rows
         self.rng = np.random.default_rng(seed)
         self.rows_read = 0
         self.passes = 0
-        self._stream = self._pieces()
+        self._stream: Iterator[SampleBatch] | None = None
         self._buf: SampleBatch | None = None
 
+    def _pieces(self) -> Iterator[SampleBatch]:
+        raise NotImplementedError
+
     def next_batch(self, n: int) -> SampleBatch:
-        """``n`` rows drawn at random from the shuffle buffer (in file order when it holds 1 row)."""
+        """``n`` rows drawn at random from the shuffle buffer (in stream order when it holds 1 row)."""
+        if self._stream is None:
+            self._stream = self._pieces()
         want = max(n, self.shuffle_buffer)
         parts = [self._buf] if self._buf is not None and len(self._buf) else []
         have = sum(len(p) for p in parts)
@@ -94,6 +95,41 @@ class ParquetReader:
         keep[take] = False
         self._buf = buf.slice(keep)
         return buf.slice(take)
+
+    def _postprocess(self, rows: SampleBatch) -> SampleBatch:
+        """Each episode piece as a ``[T, 1]`` fragment through the policy's postprocessing; a piece
+        that ends neither terminated nor truncated was cut (like a truncation, it bootstraps)."""
+        self.rows_read += len(rows)
+        pieces = rows.split_by_episode()
+        last = np.zeros(len(pieces), dtype=np.float32)
+        if SB.NEXT_OBS in rows:
+            open_ends = [i for i, p in enumerate(pieces) if not p[SB.TERMINATEDS][-1]]
+            if open_ends:
+                obs = np.stack([pieces[i][SB.NEXT_OBS][-1] for i in open_ends])
+                last[open_ends] = self.policy.compute_values(obs)
+        out = []
+        for piece, v in zip(pieces, last, strict=True):
+            frag = SampleBatch()
+            for k, col in piece.items():
+                dict.__setitem__(frag, k, col[:, None])
+            frag = self.policy.postprocess_trajectory(frag, np.array([v], dtype=np.float32))
+            flat = SampleBatch()
+            for k, col in frag.items():
+                dict.__setitem__(flat, k, col[:, 0])
+            out.append(flat)
+        return out[0] if len(out) == 1 else _concat(out)
+
+
+class ParquetReader(ShuffledReader):
+    """rlrun Parquet files, checked up front, read a chunk at a time in a new file order every pass."""
+
+    def __init__(self, files: Sequence[Path], policy: Any, obs_space: gym.Space, action_space: gym.Space,
+                 shuffle_buffer: int = 10_000, seed: int = 0, chunk_rows: int = 8192) -> None:
+        super().__init__(policy, shuffle_buffer, seed)
+        self.files = list(files)
+        self.needed = [*REQUIRED_COLUMNS, *([SB.NEXT_OBS] if policy.needs_next_obs else [])]
+        self.meta = {p: check_file(p, self.needed, obs_space, action_space) for p in self.files}
+        self.chunk_rows = chunk_rows
 
     def _pieces(self) -> Iterator[SampleBatch]:
         while True:
@@ -127,29 +163,6 @@ class ParquetReader:
             v = chunk.get(col)
             if v is not None and v.dtype.kind == "f" and not np.isfinite(v).all():
                 raise DataError(f"{path}: column '{col}' holds NaN or infinite values")
-
-    def _postprocess(self, rows: SampleBatch) -> SampleBatch:
-        """Each episode piece as a ``[T, 1]`` fragment through the policy's postprocessing; a piece
-        that ends neither terminated nor truncated was cut (like a truncation, it bootstraps)."""
-        self.rows_read += len(rows)
-        pieces = rows.split_by_episode()
-        last = np.zeros(len(pieces), dtype=np.float32)
-        if SB.NEXT_OBS in rows:
-            open_ends = [i for i, p in enumerate(pieces) if not p[SB.TERMINATEDS][-1]]
-            if open_ends:
-                obs = np.stack([pieces[i][SB.NEXT_OBS][-1] for i in open_ends])
-                last[open_ends] = self.policy.compute_values(obs)
-        out = []
-        for piece, v in zip(pieces, last, strict=True):
-            frag = SampleBatch()
-            for k, col in piece.items():
-                dict.__setitem__(frag, k, col[:, None])
-            frag = self.policy.postprocess_trajectory(frag, np.array([v], dtype=np.float32))
-            flat = SampleBatch()
-            for k, col in frag.items():
-                dict.__setitem__(flat, k, col[:, 0])
-            out.append(flat)
-        return out[0] if len(out) == 1 else _concat(out)
 
 
 def _common(parts: list[SampleBatch]) -> list[SampleBatch]:

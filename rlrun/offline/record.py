@@ -10,6 +10,7 @@ import numpy as np
 
 from rlrun.batch import SampleBatch
 from rlrun.config import ConfigError, RolloutConfig, RunConfig
+from rlrun.offline.config import MINARI
 from rlrun.offline.input import make_writers
 from rlrun.offline.parquet import ACTION_PROB, DatasetWriter
 from rlrun.policy import DEFAULT_POLICY_ID
@@ -27,6 +28,12 @@ def record_dataset(policies: dict[str, Any], cfg: RunConfig, out: str | Path, ep
     if cfg.multiagent.policies:
         raise ConfigError("output: rlrun-eval records single-agent policies; record a multi-agent run's data while "
                           "it trains (rlrun ... output=<dir>, one directory per policy)")
+    if str(out).startswith(MINARI):
+        from rlrun.offline.minari_io import check_output
+
+        check_output(str(out))
+    elif Path(out).exists() and not Path(out).is_dir():
+        raise ConfigError(f"output: '{out}' exists and is not a directory")
     policy = policies[DEFAULT_POLICY_ID]
     if policy.obs_filter.active:
         raise ConfigError("output: this policy normalises observations (rollout.observation_filter); recording its "

@@ -1,0 +1,340 @@
+"""Offline data: Parquet output and input, BC/MARWIL, Minari, bad data (rlrun/offline/, rlrun/algos/marwil.py).
+
+The acceptance path runs for real: train ppo_cartpole, record 100 episodes with rlrun-eval, load them
+with pyarrow.dataset, and behaviour-clone them to a greedy return of 475.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from rlrun.algorithm import make_policy
+from rlrun.algos.marwil import MARWILConfig, MARWILLossConfig, MARWILState, marwil_loss
+from rlrun.batch import SampleBatch as SB
+from rlrun.cli import compose
+from rlrun.config import ConfigError, EnvConfig, ModelConfig, RolloutConfig
+from rlrun.distributions import Categorical
+from rlrun.errors import DataError
+from rlrun.offline.input import dataset_meta
+from rlrun.offline.parquet import DatasetWriter, batch_from_table, read_meta
+from rlrun.offline.reader import ParquetReader
+from rlrun.plugins import load_builtins
+from rlrun.policy import DEFAULT_POLICY_ID
+from rlrun.registry import ENVS, MODELS
+from rlrun.runner import run
+from rlrun.trainer import Trainer
+from rlrun.workers import RolloutWorker, WorkerSpec
+from tests.conftest import REPO, run_cli, run_summary
+from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
+
+load_builtins()
+ENVS.add("scripted", lambda num_envs, **kw: ScriptedVectorEnv(num_envs, **kw), override=True)
+MODELS.add("value_is_ten_t", ValueIsTenT, override=True)
+
+
+def eval_cli(args, cwd, env=None):
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rlrun.eval_cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=full_env)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A trained ppo_cartpole run and 100 of its episodes (sampled actions) recorded by rlrun-eval."""
+    d = tmp_path_factory.mktemp("offline")
+    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}"], d)
+    assert p.returncode == 0, p.stderr
+    p = eval_cli([f"checkpoint={d / 'run'}", "episodes=100", "explore=true", f"output={d / 'data'}", "log=false",
+                  f"out={d / 'eval'}"], d)
+    assert p.returncode == 0, p.stderr
+    assert "recorded 100 episodes" in p.stdout, p.stdout
+    return d
+
+
+def test_recorded_episodes_load_with_pyarrow_and_bc_reaches_475(recorded):
+    table = ds.dataset(recorded / "data", format="parquet").to_table()
+    assert table.num_rows >= 20_000
+    for col in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "eps_id", "t", "action_logp",
+                "action_prob"):
+        assert col in table.column_names
+    eps = table.column("eps_id").to_numpy()
+    assert len(np.unique(eps)) == 100  # whole episodes only
+    prob = table.column("action_prob").to_numpy()
+    np.testing.assert_allclose(prob, np.exp(table.column("action_logp").to_numpy()), rtol=1e-5)
+    assert 0.5 < prob.mean() < 1.0  # sampled actions: probabilities of a confident, not a greedy, policy
+    meta = read_meta(next((recorded / "data").glob("*.parquet")))
+    assert meta["env_id"] == "CartPole-v1" and meta["observation_space"]["shape"] == [4] and meta["explore"]
+    assert meta["columns"]["obs"] == {"shape": [4], "dtype": "float32"}
+    p = run_cli(["+experiment=bc_cartpole", f"input={recorded / 'data'}", "tracking=none",
+                 f"output_dir={recorded / 'bc'}"], recorded)
+    assert p.returncode == 0, p.stderr
+    s = run_summary(p.stdout)
+    assert "eval/episode_return_mean" in s["stopped"] and "target met" in s["stopped"], s
+    assert float(s["stopped"].split("= ")[1].split(" ")[0]) >= 475
+
+
+def _scripted_worker(lengths=(3, 4), truncate=(False, True), algo="marwil", fragment=5):
+    env = EnvConfig(id="scripted", kwargs={"lengths": list(lengths), "truncate": list(truncate)})
+    rollout = RolloutConfig(num_envs_per_worker=2, rollout_fragment_length=fragment)
+    policy = {}
+
+    def factory(obs_space, act_space):
+        algo_config = MARWILConfig(gamma=0.5) if algo == "marwil" else None
+        policy[DEFAULT_POLICY_ID] = make_policy(algo, obs_space, act_space, algo_config=algo_config,
+                                                model_config=ModelConfig(name="value_is_ten_t"))
+        return policy
+
+    worker = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0, record_next_obs=True), factory)
+    return worker, policy[DEFAULT_POLICY_ID]
+
+
+def _write(tmp_path, batches, worker, file_size_mb=64.0):
+    from rlrun.config import RunConfig
+
+    meta = dataset_meta(RunConfig(env=EnvConfig(id="scripted")), DEFAULT_POLICY_ID, worker.obs_space,
+                        worker.action_space)
+    writer = DatasetWriter(tmp_path / "data", meta, file_size_mb)
+    for b in batches:
+        writer.write(b)
+    return writer
+
+
+def test_files_hold_whole_episodes_in_order_and_roundtrip(tmp_path):
+    worker, _ = _scripted_worker()
+    batches = [worker.sample() for _ in range(6)]
+    writer = _write(tmp_path, batches, worker, file_size_mb=200 / 2**20)  # ~200 bytes: a file every episode or two
+    files = writer.close()
+    assert len(files) >= 3
+    rows = 0
+    for f in files:
+        b = batch_from_table(pq.read_table(f), read_meta(f)["columns"])
+        rows += len(b)
+        for ep in b.split_by_episode():
+            np.testing.assert_array_equal(ep[SB.T], np.arange(len(ep)))  # from its first step, in time order
+            np.testing.assert_array_equal(ep[SB.OBS][:, 1], ep[SB.T])
+            np.testing.assert_array_equal(ep[SB.NEXT_OBS][:, 1], ep[SB.T] + 1)
+            ended = ep[SB.TERMINATEDS][-1] or ep[SB.TRUNCATEDS][-1]
+            # the episodes still running at close come last, as they are
+            assert ended or f == files[-1]
+        assert b[SB.OBS].dtype == np.float32 and b[SB.ACTIONS].dtype == np.int64
+    assert rows == sum(len(b) for b in batches) == writer.rows_written
+    assert not list((tmp_path / "data").glob(".*"))  # no half-written files
+
+
+@pytest.mark.parametrize("chunk_rows", [2, 1000])
+def test_the_reader_postprocesses_episodes_as_the_worker_would(tmp_path, chunk_rows):
+    """MARWIL's returns from files: a terminated episode (length 3) sums its rewards 1, 2, 3 with
+    gamma 0.5; a truncated one (length 4) bootstraps from V(final obs) = 10 * 4, also when a chunk
+    boundary cuts the episode."""
+    worker, policy = _scripted_worker()
+    writer = _write(tmp_path, [worker.sample() for _ in range(4)], worker)
+    files = writer.close(keep_running=False)
+    reader = ParquetReader(files, policy, worker.obs_space, worker.action_space, shuffle_buffer=1,
+                           chunk_rows=chunk_rows)
+    b = reader.next_batch(writer.rows_written)
+    assert reader.rows_read == writer.rows_written
+    env_id, t, g = b[SB.OBS][:, 0], b[SB.OBS][:, 1], b[SB.VALUE_TARGETS]
+    np.testing.assert_allclose(g[(env_id == 0) & (t == 0)], 1 + 0.5 * 2 + 0.25 * 3)
+    np.testing.assert_allclose(g[(env_id == 0) & (t == 2)], 3.0)
+    np.testing.assert_allclose(g[(env_id == 1) & (t == 3)], 4 + 0.5 * 40)
+    np.testing.assert_allclose(g[(env_id == 1) & (t == 2)], 3 + 0.5 * (4 + 0.5 * 40))
+
+
+def test_the_shuffle_buffer_draws_at_random_and_stays_bounded(tmp_path):
+    worker, policy = _scripted_worker(lengths=(50, 50), truncate=(False, False), fragment=100)
+    writer = _write(tmp_path, [worker.sample() for _ in range(10)], worker)
+    files = writer.close()
+    ordered = ParquetReader(files, policy, worker.obs_space, worker.action_space, shuffle_buffer=1, chunk_rows=64)
+    first = ordered.next_batch(50)
+    np.testing.assert_array_equal(first[SB.T], np.arange(50))  # file order: one whole episode
+    shuffled = ParquetReader(files, policy, worker.obs_space, worker.action_space, shuffle_buffer=300,
+                             chunk_rows=64, seed=1)
+    seen = 0
+    for _ in range(40):  # 2,000 rows drawn: more than one pass over the 2,000 written
+        b = shuffled.next_batch(50)
+        seen += len(b)
+        assert len(shuffled._buf) <= 300 + 64 + 50  # the buffer, one chunk, one episode piece
+    assert len(np.unique(b[SB.EPS_ID])) > 3  # rows of many episodes in one batch
+    assert shuffled.passes >= 1 and seen == 2000
+
+
+def test_marwil_loss_weights_advantages_and_bc_is_its_beta_zero_case():
+    policy = make_policy("marwil", *_spaces(), algo_config=MARWILConfig(beta=2.0))
+    policy.state_as(MARWILState).sqd_adv_norm = 4.0  # c = 2
+
+    class Fixed(torch.nn.Module):
+        def forward(self, obs):
+            from rlrun.models import ModelOutput
+
+            return ModelOutput(torch.zeros(len(obs), 2, requires_grad=True), torch.tensor([1.0, 3.0]))
+
+    model = Fixed()
+    batch = {SB.OBS: torch.zeros(2, 4), SB.ACTIONS: torch.tensor([0, 1]), SB.VALUE_TARGETS: torch.tensor([2.0, 1.0])}
+    out = marwil_loss(policy, model, Categorical, batch)
+    w = np.exp(2.0 * np.array([1.0, -2.0]) / 2.0)  # exp(beta * (R - V) / c)
+    assert out.stats["weight_mean"].item() == pytest.approx(w.mean(), rel=1e-5)
+    assert out.terms["policy"].item() == pytest.approx(-(w * np.log(0.5)).mean(), rel=1e-5)
+    assert out.terms["vf"].item() == pytest.approx(0.5 * (1 + 4) / 2)
+    policy.config = MARWILConfig(name="bc", beta=0.0)
+    out = marwil_loss(policy, model, Categorical, batch)
+    assert out.terms["policy"].item() == pytest.approx(-np.log(0.5)) and out.terms["vf"].item() == 0.0
+    assert out.total.item() == pytest.approx(-np.log(0.5))
+    assert MARWILLossConfig().vf_coeff == 1.0
+
+
+def _spaces():
+    import gymnasium as gym
+
+    return gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+
+
+def test_a_mixed_input_takes_each_share_from_its_source(recorded, tmp_path):
+    cfg = compose(["+experiment=bc_cartpole", f"input={{sampler: 0.25, {recorded / 'data'}: 0.75}}", "tracking=none",
+                   "algo.train_batch_size=1024", f"output={tmp_path / 'sampled'}"])
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        batch, sampled = trainer.experience.next_batch(1024)
+        got = sum(len(b) for b in sampled)
+        assert 256 <= got < 256 + 8  # one sampling round of 8 envs x 32 steps (+ < 8 rows: episode ends)
+        assert len(batch) == 1024
+        trainer.train()
+    finally:
+        trainer.stop()
+    written = ds.dataset(tmp_path / "sampled", format="parquet").to_table()
+    assert 0 < written.num_rows <= 2 * 256  # only the sampled rows are recorded, never the read ones
+
+
+def test_a_multi_agent_run_writes_per_policy_data_that_reads_back(tmp_path):
+    out = tmp_path / "ma"
+    r = run(compose(["+experiment=ppo_multi_cartpole", "tracking=none", "progress=false", "stop.training_iteration=2",
+                     "stop.timesteps_total=null", f"output={out}", f"output_dir={tmp_path / 'run'}"]), tmp_path)
+    assert r.metrics["training_iteration"] == 2
+    for pid in ("p0", "p1"):
+        t = ds.dataset(out / pid, format="parquet").to_table()
+        assert t.num_rows > 0 and read_meta(next((out / pid).glob("*.parquet")))["policy_id"] == pid
+    cfg = compose(["+experiment=bc_cartpole", f"input={out / 'p1'}", "tracking=none", "progress=false",
+                   "stop.training_iteration=2", "offline.shuffle_buffer=100", "algo.train_batch_size=256",
+                   f"output_dir={tmp_path / 'bc'}"])
+    r = run(cfg, tmp_path)
+    assert r.metrics["offline/rows_read"] >= 512 and math.isfinite(r.metrics["train/loss/total"])
+
+
+def test_dqn_trains_from_files_with_n_step_targets(recorded, tmp_path):
+    cfg = compose(["+experiment=dqn_cartpole", f"input={recorded / 'data'}", "tracking=none", "progress=false",
+                   "stop.training_iteration=3", "stop.timesteps_total=null", "algo.learning_starts=500",
+                   f"output_dir={tmp_path / 'dqn'}"])
+    r = run(cfg, tmp_path)
+    assert r.metrics["train/replay_size"] >= 3 * cfg.algo.train_batch_size
+    assert r.metrics["offline/rows_read"] >= 3 * cfg.algo.train_batch_size
+    assert math.isfinite(r.metrics["train/loss/td"])
+
+
+# ---------------------------------------------------------------------------------------- bad data
+def _bc(tmp_path, source, *extra):
+    return compose(["+experiment=bc_cartpole", f"input={source}", "tracking=none", "progress=false",
+                    f"output_dir={tmp_path / 'out'}", *extra])
+
+
+def _rewrite(src, dst, fn):
+    """A copy of an rlrun file whose table ``fn`` changed (metadata kept)."""
+    t = pq.read_table(src)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(fn(t).replace_schema_metadata(t.schema.metadata), dst)
+    return dst
+
+
+def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(recorded, tmp_path):
+    src = next((recorded / "data").glob("*.parquet"))
+    cut = tmp_path / "cut" / "part.parquet"
+    cut.parent.mkdir()
+    cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    no_actions = _rewrite(src, tmp_path / "noact" / "part.parquet", lambda t: t.drop_columns(["actions"]))
+
+    def nan_rewards(t):
+        r = t.column("rewards").to_numpy().copy()
+        r[7] = np.nan
+        return t.set_column(t.schema.get_field_index("rewards"), "rewards", pa.array(r))
+
+    nan = _rewrite(src, tmp_path / "nan" / "part.parquet", nan_rewards)
+    foreign = tmp_path / "foreign" / "part.parquet"
+    foreign.parent.mkdir()
+    pq.write_table(pa.table({"obs": [1.0], "actions": [0]}), foreign)
+    cases = [
+        (_bc(tmp_path, cut.parent), [str(cut), "not a readable Parquet file"]),
+        (_bc(tmp_path, no_actions.parent), [str(no_actions), "column 'actions' is missing"]),
+        (_bc(tmp_path, nan.parent), [str(nan), "column 'rewards'", "1 non-finite", "row 7"]),
+        (_bc(tmp_path, foreign.parent), [str(foreign), "without rlrun metadata"]),
+        (_bc(tmp_path, recorded / "data", "env.id=Acrobot-v1"), ["observation_space", "does not match"]),
+    ]
+    for cfg, needles in cases:
+        with pytest.raises(DataError) as e:
+            run(cfg, tmp_path)
+        assert "\n" not in str(e.value) and all(n in str(e.value) for n in needles), str(e.value)
+    assert not (tmp_path / "out" / "checkpoints").exists()  # refused before any training
+    with pytest.raises(ConfigError, match="input: no such directory or file '/nonexistent'"):
+        _bc(tmp_path, "/nonexistent")
+    with pytest.raises(ConfigError, match="input: this run trains from recorded data"):
+        compose(["+experiment=bc_cartpole", "tracking=none"])
+    with pytest.raises(ConfigError, match="output: '.*' is also an input"):
+        _bc(tmp_path, recorded / "data", f"output={recorded / 'data'}")
+    with pytest.raises(ConfigError, match="input.sampler: weight must be a positive number"):
+        _bc(tmp_path, "{sampler: -1}")
+    with pytest.raises(ConfigError, match="observation_filter"):
+        compose(["+experiment=ppo_cartpole", "tracking=none", "rollout.observation_filter=mean_std",
+                 f"output={tmp_path / 'x'}"])
+
+
+def test_the_cli_says_one_line_and_exits_2_for_bad_data(recorded, tmp_path):
+    src = next((recorded / "data").glob("*.parquet"))
+    bad = _rewrite(src, tmp_path / "noact" / "part.parquet", lambda t: t.drop_columns(["actions"]))
+    p = run_cli(["+experiment=bc_cartpole", f"input={bad.parent}", "tracking=none"], tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert str(bad) in p.stderr and "column 'actions' is missing" in p.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# ---------------------------------------------------------------------------------------- Minari
+@pytest.mark.filterwarnings("ignore:`(code_permalink|author|author_email|description|eval_env)`:UserWarning")
+def test_minari_datasets_made_by_minari_train_bc_and_rlrun_output_loads_in_minari(recorded, tmp_path, monkeypatch):
+    import minari
+    from minari.data_collector import EpisodeBuffer
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    t = ds.dataset(recorded / "data", format="parquet").to_table()
+    meta = read_meta(next((recorded / "data").glob("*.parquet")))
+    b = batch_from_table(t, meta["columns"])
+    buffers = [EpisodeBuffer(observations=np.concatenate([e[SB.OBS], e[SB.NEXT_OBS][-1:]]), actions=e[SB.ACTIONS],
+                             rewards=e[SB.REWARDS], terminations=e[SB.TERMINATEDS], truncations=e[SB.TRUNCATEDS])
+               for e in b.split_by_episode()[:40]]
+    minari.create_dataset_from_buffers("cartpole/made-by-minari-v0", buffers, env="CartPole-v1",
+                                       data_format="arrow", algorithm_name="ppo")
+    p = run_cli(["+experiment=bc_cartpole", "input=minari:cartpole/made-by-minari-v0", "tracking=none"], tmp_path,
+                env={"MINARI_DATASETS_PATH": str(tmp_path / "minari")})
+    assert p.returncode == 0, p.stderr
+    s = run_summary(p.stdout)
+    assert "target met" in s["stopped"], s
+    minari_env = {"MINARI_DATASETS_PATH": str(tmp_path / "minari")}
+    p = eval_cli([f"checkpoint={recorded / 'run'}", "episodes=5", "explore=true", "output=minari:cartpole/rlrun-v0",
+                  "log=false", f"out={tmp_path / 'ev'}"], tmp_path, env=minari_env)
+    assert p.returncode == 0 and "as a Minari dataset" in p.stdout, p.stderr
+    d = minari.load_dataset("cartpole/rlrun-v0")
+    assert d.total_episodes == 5 and d.total_steps == sum(len(e.rewards) for e in d.iterate_episodes())
+    ep = d[0]
+    assert ep.observations.shape == (len(ep.rewards) + 1, 4) and (ep.terminations | ep.truncations)[-1]
+    info = json.loads((tmp_path / "ev" / "result.json").read_text())
+    assert info["eval/num_episodes"] == 5
+    with pytest.raises(DataError, match="no local Minari dataset 'cartpole/nope-v0'"):
+        run(_bc(tmp_path, "minari:cartpole/nope-v0"), tmp_path)
+    with pytest.raises(ConfigError, match="already exists"):
+        _bc(tmp_path, "minari:cartpole/rlrun-v0", "output=minari:cartpole/rlrun-v0")
