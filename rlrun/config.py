@@ -19,7 +19,7 @@ from rlrun.metrics import STOP_COUNTERS as STOP_COUNTERS  # re-exported
 from rlrun.metrics import reported_metrics
 from rlrun.multi_agent_config import MultiAgentConfig, check_multi_agent_config, learned_policies
 from rlrun.multi_agent_config import PolicyConfig as PolicyConfig  # re-exported
-from rlrun.offline.config import SAMPLER, OfflineConfig, check_offline_config, parse_input
+from rlrun.offline.config import OPE_FIELDS, SAMPLER, OfflineConfig, check_offline_config, parse_input
 from rlrun.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
@@ -276,7 +276,8 @@ def known_stop_keys(cfg: RunConfig) -> list[str]:
     learned = learned_policies(cfg)
     metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()), ma.policies,
                                learned)
-    return sorted({*STOP_COUNTERS, *metrics})
+    ope = [f"ope/{m}/{k}" for m in cfg.offline.evaluation for k in OPE_FIELDS]
+    return sorted({*STOP_COUNTERS, *metrics, *ope})
 
 
 def _check_stop(cfg: RunConfig) -> None:

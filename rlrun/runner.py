@@ -161,7 +161,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     else:
         spaces = probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize, wrappers=cfg.env.wrappers)
         check_model_fits(cfg.model, *spaces)
-        if cfg.input != SAMPLER:  # every input file: footer, columns, spaces, rewards (one line naming the file)
+        if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards
             check_input(cfg, *spaces)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:

@@ -61,6 +61,11 @@ class Trainer:
         if parse_input(cfg.input) != [(SAMPLER, 1.0)]:
             w = self.workers.local_worker
             self.experience = Experience(cfg, self._sample, self.policy, w.obs_space, w.action_space)
+        self.ope: Any = None  # off-policy estimators on held-out episodes (offline.evaluation)
+        if cfg.offline.evaluation:
+            from rlrun.offline.ope import OffPolicyEvaluator
+
+            self.ope = OffPolicyEvaluator(cfg, self.workers.local_worker.action_space)
         self.writers: dict[str, DatasetWriter] = \
             make_writers(cfg, self.policies, self.multi_agent) if cfg.output is not None else {}
 
@@ -164,6 +169,8 @@ class Trainer:
         ev = self.cfg.evaluation
         if ev.interval and self.iteration % ev.interval == 0:
             result.update(self.evaluate().metrics())
+        if self.ope is not None and self.iteration % self.cfg.offline.evaluation_interval == 0:
+            result.update(self.ope.evaluate(self.policy))
         if self.callbacks:
             self.callbacks.call("on_train_result", trainer=self, result=result)
         return result

@@ -82,6 +82,27 @@ def on_ray_cluster(command, port):
     return isolated(["bash", "-c", script])
 
 
+def eval_cli(args, cwd, env=None):
+    """Run the real ``rlrun-eval`` in ``cwd``; returns the CompletedProcess."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rlrun.eval_cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory):
+    """A trained ppo_cartpole run (``run``) and 100 of its episodes with sampled actions (``data``),
+    recorded by rlrun-eval: the offline tests' data."""
+    d = tmp_path_factory.mktemp("offline")
+    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}"], d)
+    assert p.returncode == 0, p.stderr
+    p = eval_cli([f"checkpoint={d / 'run'}", "episodes=100", "explore=true", f"output={d / 'data'}", "log=false",
+                  f"out={d / 'eval'}"], d)
+    assert p.returncode == 0, p.stderr
+    assert "recorded 100 episodes" in p.stdout, p.stdout
+    return d
+
+
 def rlrun_cmd(*args):
     return [sys.executable, "-m", "rlrun", *args]
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -35,31 +32,12 @@ from rlrun.registry import ENVS, MODELS
 from rlrun.runner import run
 from rlrun.trainer import Trainer
 from rlrun.workers import RolloutWorker, WorkerSpec
-from tests.conftest import REPO, run_cli, run_summary
+from tests.conftest import eval_cli, run_cli, run_summary
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
 load_builtins()
 ENVS.add("scripted", lambda num_envs, **kw: ScriptedVectorEnv(num_envs, **kw), override=True)
 MODELS.add("value_is_ten_t", ValueIsTenT, override=True)
-
-
-def eval_cli(args, cwd, env=None):
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlrun.eval_cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=full_env)
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """A trained ppo_cartpole run and 100 of its episodes (sampled actions) recorded by rlrun-eval."""
-    d = tmp_path_factory.mktemp("offline")
-    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}"], d)
-    assert p.returncode == 0, p.stderr
-    p = eval_cli([f"checkpoint={d / 'run'}", "episodes=100", "explore=true", f"output={d / 'data'}", "log=false",
-                  f"out={d / 'eval'}"], d)
-    assert p.returncode == 0, p.stderr
-    assert "recorded 100 episodes" in p.stdout, p.stdout
-    return d
 
 
 def test_recorded_episodes_load_with_pyarrow_and_bc_reaches_475(recorded):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import glob
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from rlrun.schema import ConfigError, show
 
 SAMPLER = "sampler"
 MINARI = "minari:"
+OPE_FIELDS = ("v_target", "v_behavior", "v_gain", "v_target_ci_low", "v_target_ci_high")  # ope/<method>/<field>
 
 
 @dataclass
@@ -29,6 +30,11 @@ class OfflineConfig:
     output_file_size_mb: float = 64.0  # an output file is closed once its rows reach about this size
     # also write the algorithm's postprocessed columns (advantages, value targets, ...) to output files
     output_postprocessed: bool = False
+    evaluation: list[str] = field(default_factory=list)  # off-policy estimators: is, wis, dm, dr (offline/ope.py)
+    evaluation_input: str | None = None  # their held-out episodes (rlrun Parquet); None: the input files
+    evaluation_interval: int = 10  # estimate every N iterations
+    evaluation_episodes: int = 200  # at most this many whole episodes of evaluation_input
+    fqe_steps: int = 5000  # dm, dr: minibatch steps fitting Q^pi (fitted Q evaluation)
 
 
 def parse_input(value: Any, key: str = "input") -> list[tuple[str, float]]:
@@ -82,6 +88,7 @@ def check_offline_config(cfg: Any) -> None:
         raise ConfigError(f"offline.shuffle_buffer: must be at least 1, got {o.shuffle_buffer}")
     if not o.output_file_size_mb > 0:
         raise ConfigError(f"offline.output_file_size_mb: must be positive, got {o.output_file_size_mb:g}")
+    _check_evaluation(cfg, sources)
     for source, _ in sources:
         if source == SAMPLER:
             continue
@@ -99,6 +106,25 @@ def check_offline_config(cfg: Any) -> None:
                           "only (input=sampler)")
     if cfg.output is not None:
         _check_output(cfg, offline_sources)
+
+
+def _check_evaluation(cfg: Any, sources: list[tuple[str, float]]) -> None:
+    from rlrun.offline.estimators import METHODS
+
+    o = cfg.offline
+    for i, m in enumerate(o.evaluation):
+        if m not in METHODS:
+            raise ConfigError(f"offline.evaluation[{i}]: unknown estimator {show(m)}; known: {', '.join(METHODS)}")
+    for key in ("evaluation_interval", "evaluation_episodes", "fqe_steps"):
+        if getattr(o, key) < 1:
+            raise ConfigError(f"offline.{key}: must be at least 1, got {getattr(o, key)}")
+    if o.evaluation and cfg.multiagent.policies:
+        raise ConfigError("offline.evaluation: off-policy estimates are for single-agent runs")
+    if o.evaluation and o.evaluation_input is None and all(s == SAMPLER for s, _ in sources):
+        raise ConfigError("offline.evaluation: the estimators need recorded episodes: set offline.evaluation_input="
+                          "<dir of rlrun Parquet files> (held-out data of the behaviour policy)")
+    if o.evaluation_input is not None and not o.evaluation_input.startswith(MINARI):
+        input_files(o.evaluation_input, "offline.evaluation_input")
 
 
 def _check_output(cfg: Any, offline_sources: list[str]) -> None:

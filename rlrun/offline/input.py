@@ -31,6 +31,10 @@ def check_input(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> int:
     if get_algorithm(cfg.algo.name).needs_next_obs:
         needed.append(SB.NEXT_OBS)
     n = 0
+    if cfg.offline.evaluation:
+        from rlrun.offline.ope import check_evaluation_data
+
+        check_evaluation_data(cfg, action_space)
     for source, _ in parse_input(cfg.input):
         if source.startswith(MINARI):
             from rlrun.offline.minari_io import check_minari
