@@ -25,8 +25,8 @@ from rlrun.batch import SampleBatch
 from rlrun.config import ConfigError
 from rlrun.offline.config import MINARI, input_files, parse_input
 from rlrun.offline.estimators import NEEDS_Q, Episode, estimate
-from rlrun.optim import make_optimizer
 from rlrun.offline.parquet import ACTION_PROB, DataError, _concat, batch_from_table, read_meta
+from rlrun.optim import make_optimizer
 
 SB = SampleBatch
 FQE_TARGET_EVERY = 10
