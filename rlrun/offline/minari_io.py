@@ -109,23 +109,20 @@ class MinariWriter(DatasetWriter):
         self.dataset: Any = None
         super().__init__(datasets_root(), meta, file_size_mb, None, True, max_episodes)
 
-    def flush(self) -> None:
-        if not self._ready:
-            return
+    def _emit(self, rows: SampleBatch, episodes: int) -> None:
         from minari.data_collector import EpisodeBuffer
 
-        episodes, self._ready, self._ready_bytes = self._ready, [], 0
         buffers = [EpisodeBuffer(
             observations=np.concatenate([e[SB.OBS], e[SB.NEXT_OBS][-1:]]), actions=e[SB.ACTIONS],
             rewards=e[SB.REWARDS].astype(np.float64), terminations=e[SB.TERMINATEDS], truncations=e[SB.TRUNCATEDS],
             infos={},
-        ) for e in episodes]
+        ) for e in rows.split_by_episode()]
         if self.dataset is None:
             self.dataset = create(self.dataset_id, buffers, self.env_id, *self.spaces, str(self.meta.get("algo")))
         else:
             self.dataset.update_dataset_from_buffer(buffers)
-        self.rows_written += sum(len(e) for e in episodes)
-        self.episodes_written += len(episodes)
+        self.rows_written += len(rows)
+        self.episodes_written += episodes
 
     def close(self, keep_running: bool = True) -> list[Path]:
         return super().close(keep_running=False)

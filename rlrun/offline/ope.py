@@ -56,7 +56,7 @@ def load_episodes(source: str, max_episodes: int, action_space: gym.Space) -> li
         for col in (SB.OBS, SB.NEXT_OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.EPS_ID, ACTION_PROB):
             if col not in names:
                 raise DataError(f"{path}: column '{col}' is missing (off-policy estimators need it)")
-        batch = batch_from_table(pq.read_table(path), meta["columns"])
+        batch = batch_from_table(pq.read_table(path), meta["columns"], str(path))
         for ep in batch.split_by_episode():
             if ep[SB.TERMINATEDS][-1] or ep[SB.TRUNCATEDS][-1]:
                 episodes.append(ep)

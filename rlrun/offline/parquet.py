@@ -44,18 +44,43 @@ def table_from_batch(batch: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -
         if v.dtype == object:
             continue  # infos and other Python objects are not recorded
         columns[name] = {"shape": list(v.shape[1:]), "dtype": str(v.dtype)}
-        if v.ndim == 1:
-            arrays.append(pa.array(v))
-        else:
-            width = int(np.prod(v.shape[1:]))
-            arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), width))
+        flat = _to_arrow(v.reshape(-1))
+        arrays.append(flat if v.ndim == 1 else pa.FixedSizeListArray.from_arrays(flat, int(np.prod(v.shape[1:]))))
         names.append(name)
     info = {**meta, "format": FORMAT, "version": VERSION, "columns": columns}
     return pa.Table.from_arrays(arrays, names=names, metadata={META_KEY: json.dumps(info).encode()})
 
 
-def batch_from_table(table: pa.Table | pa.RecordBatch, columns: Mapping[str, Any]) -> SampleBatch:
-    """Inverse of ``table_from_batch`` for the columns in ``table`` (shapes from ``columns``)."""
+# numpy <-> Arrow through the buffers: pyarrow's own conversions import pandas (0.6 s) on first use
+NUMPY_TYPES = {pa.bool_(): np.bool_, pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32,
+               pa.int64(): np.int64, pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32,
+               pa.uint64(): np.uint64, pa.float16(): np.float16, pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def _to_arrow(v: np.ndarray) -> pa.Array:
+    if v.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), len(v), [None, pa.py_buffer(np.packbits(v, bitorder="little"))])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(v.dtype), len(v), [None, pa.py_buffer(v)])
+
+
+def _to_numpy(arr: pa.Array) -> np.ndarray:
+    """A numeric or boolean Arrow array without nulls -> a writable numpy copy."""
+    if arr.null_count:
+        raise ValueError(f"{arr.null_count} missing value(s)")
+    dtype = NUMPY_TYPES.get(arr.type)
+    if dtype is None:
+        raise ValueError(f"Arrow type {arr.type} is not a number")
+    n, off = len(arr), arr.offset
+    if dtype is np.bool_:
+        bits = np.frombuffer(arr.buffers()[1], np.uint8)
+        return np.unpackbits(bits, count=off + n, bitorder="little")[off:].astype(bool)
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype, count=n, offset=off * size).copy()
+
+
+def batch_from_table(table: pa.Table | pa.RecordBatch, columns: Mapping[str, Any], where: str = "") -> SampleBatch:
+    """Inverse of ``table_from_batch`` for the columns in ``table`` (shapes from ``columns``);
+    DataError naming ``where`` and the column for missing values or non-numeric columns."""
     out = SampleBatch()
     for name in table.column_names:
         col = table.column(name)
@@ -63,12 +88,15 @@ def batch_from_table(table: pa.Table | pa.RecordBatch, columns: Mapping[str, Any
             col = col.combine_chunks()
         spec = columns.get(name, {"shape": [], "dtype": None})
         shape = tuple(spec["shape"])
-        if shape:
-            flat = col.values.to_numpy(zero_copy_only=False) if col.offset == 0 else \
-                col.flatten().to_numpy(zero_copy_only=False)
-            v = flat.reshape(len(col), *shape)
-        else:
-            v = col.to_numpy(zero_copy_only=False)
+        try:
+            if shape:
+                if not isinstance(col, pa.FixedSizeListArray):
+                    raise ValueError(f"Arrow type {col.type} is not a fixed-size list")
+                v = _to_numpy(col.flatten()).reshape(len(col), *shape)
+            else:
+                v = _to_numpy(col)
+        except ValueError as e:
+            raise DataError(f"{where or 'data'}: column '{name}': {e}") from None
         if spec["dtype"] is not None:
             v = v.astype(spec["dtype"], copy=False)
         dict.__setitem__(out, name, v)
@@ -103,9 +131,12 @@ def _first_line(e: BaseException) -> str:
 class DatasetWriter:
     """Writes batches to ``directory`` as Parquet files of about ``file_size_mb`` each.
 
-    ``by_episode``: rows are held back until their episode ends, so every file holds whole episodes
-    (at most one running episode per sub-env is held); a multi-agent policy's batches, whose agents
-    share episode ids, are written as they come. ``max_episodes``: stop recording after that many.
+    ``by_episode``: rows are held until their episode ends, so every file holds whole episodes, each
+    one's rows contiguous (ordered by episode id); episodes still running at a flush wait for the next
+    file. A multi-agent policy's batches, whose agents share episode ids, are written as they come.
+    ``max_episodes``: record that many whole episodes, then ignore what comes. Per batch the writer
+    only appends and notes which episodes ended (vectorised work at flush time): splitting every
+    batch by episode cost 30% of sampling throughput on CartPole.
     """
 
     def __init__(self, directory: str | Path, meta: Mapping[str, Any], file_size_mb: float = 64.0,
@@ -123,31 +154,29 @@ class DatasetWriter:
         self.episodes_written = 0
         self.episode_returns: list[float] = []  # of the whole episodes written (by_episode)
         self.episode_lengths: list[int] = []
-        self._pending: dict[int, list[SampleBatch]] = {}  # eps_id -> rows of a running episode
-        self._ready: list[SampleBatch] = []
-        self._ready_bytes = 0
+        self._held: list[SampleBatch] = []
+        self._held_bytes = 0
+        self._ended: list[int] = []  # ids of the held episodes that have ended
         self._prefix = f"part-{socket.gethostname()}-{os.getpid()}-{id(self) & 0xFFFF:04x}"
 
     @property
     def full(self) -> bool:
         """``max_episodes`` whole episodes are recorded (written or ready to be)."""
-        return self.max_episodes is not None and len(self.episode_returns) >= self.max_episodes
+        return self.max_episodes is not None and self.episodes_written + len(self._ended) >= self.max_episodes
 
     def write(self, batch: SampleBatch) -> None:
         batch = self._select(batch)
         if not len(batch) or self.full:
             return
-        if not self.by_episode:
-            self._add(batch)
-            return
-        for piece in batch.split_by_episode():
-            eid = int(piece[SB.EPS_ID][0])
-            parts = self._pending.setdefault(eid, [])
-            parts.append(piece)
-            if piece[SB.TERMINATEDS][-1] or piece[SB.TRUNCATEDS][-1]:
-                del self._pending[eid]
-                if not self.full:
-                    self._add(parts[0] if len(parts) == 1 else _concat(parts))
+        self._held.append(batch)
+        self._held_bytes += sum(v.nbytes for v in batch.values())
+        if self.by_episode:
+            ended = batch[SB.EPS_ID][batch[SB.TERMINATEDS] | batch[SB.TRUNCATEDS]].tolist()
+            if self.max_episodes is not None:
+                ended = ended[: self.max_episodes - self.episodes_written - len(self._ended)]
+            self._ended.extend(ended)
+        if self._held_bytes >= self.limit:
+            self.flush()
 
     def _select(self, batch: SampleBatch) -> SampleBatch:
         out = SampleBatch()
@@ -158,37 +187,44 @@ class DatasetWriter:
             dict.__setitem__(out, ACTION_PROB, np.exp(out[SB.ACTION_LOGP]))
         return out
 
-    def _add(self, rows: SampleBatch) -> None:
-        if self.by_episode:
-            self.episode_returns.append(float(rows[SB.REWARDS].sum(dtype=np.float64)))
-            self.episode_lengths.append(len(rows))
-        self._ready.append(rows)
-        self._ready_bytes += sum(v.nbytes for v in rows.values())
-        if self._ready_bytes >= self.limit:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write what is ready as one file."""
-        if not self._ready:
+    def flush(self, running: bool = False) -> None:
+        """Write the ended episodes held (``running``: every held row) as one file."""
+        if not self._held:
             return
-        batch = _concat(self._ready)
-        episodes = len(self._ready) if self.by_episode else 0
-        self._ready, self._ready_bytes = [], 0
+        rows = self._held[0] if len(self._held) == 1 else _concat(self._held)
+        self._held, self._held_bytes = [], 0
+        if not self.by_episode:
+            self._emit(rows, 0)
+            return
+        done = np.isin(rows[SB.EPS_ID], np.asarray(self._ended, dtype=np.int64))
+        out = rows if running else rows.slice(done)
+        if not running and not done.all():
+            rest = rows.slice(~done)
+            self._held, self._held_bytes = [rest], sum(v.nbytes for v in rest.values())
+        if len(out):
+            out = out.slice(np.argsort(out[SB.EPS_ID], kind="stable"))  # each episode contiguous, in time order
+            ids, first, counts = np.unique(out[SB.EPS_ID], return_index=True, return_counts=True)
+            whole = np.isin(ids, self._ended)
+            returns = np.add.reduceat(out[SB.REWARDS].astype(np.float64), first)
+            self.episode_returns += returns[whole].tolist()
+            self.episode_lengths += counts[whole].tolist()
+            self._emit(out, int(whole.sum()))
+        self._ended = []
+
+    def _emit(self, rows: SampleBatch, episodes: int) -> None:
         path = self.directory / f"{self._prefix}-{len(self.files):05d}.parquet"
         tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table_from_batch(batch, self.meta), tmp, compression="zstd")
+        pq.write_table(table_from_batch(rows, self.meta), tmp, compression="zstd")
         os.replace(tmp, path)
         self.files.append(path)
-        self.rows_written += len(batch)
+        self.rows_written += len(rows)
         self.episodes_written += episodes
 
     def close(self, keep_running: bool = True) -> list[Path]:
-        """Write the rest; episodes still running are written too unless ``keep_running`` is False."""
-        if keep_running and not self.full:
-            for parts in self._pending.values():
-                self._ready.append(_concat(parts))
-        self._pending.clear()
-        self.flush()
+        """Write the rest; episodes still running are written too unless ``keep_running`` is False
+        (or ``max_episodes`` were recorded)."""
+        self.flush(running=keep_running and self.max_episodes is None)
+        self._held = []
         return self.files
 
 

@@ -52,7 +52,7 @@ def check_file(path: Path, needed: Sequence[str], obs_space: gym.Space, action_s
             raise DataError(f"{path}: column '{col}' has rows of shape {list(shape)}, the env's space has "
                             f"{list(space.shape or ())}")
     try:
-        rewards = pq.read_table(path, columns=[SB.REWARDS]).column(0).to_numpy()
+        rewards = batch_from_table(pq.read_table(path, columns=[SB.REWARDS]), columns, str(path))[SB.REWARDS]
     except (OSError, pa.ArrowException) as e:
         raise DataError(f"{path}: cannot read column 'rewards' ({_first_line(e)})") from None
     bad = np.flatnonzero(~np.isfinite(rewards.astype(np.float64)))
@@ -143,7 +143,7 @@ class ParquetReader(ShuffledReader):
         carry: SampleBatch | None = None
         try:
             for rb in pq.ParquetFile(path).iter_batches(batch_size=self.chunk_rows):
-                chunk = batch_from_table(rb, columns)
+                chunk = batch_from_table(rb, columns, str(path))
                 self._check_finite(path, chunk)
                 if carry is not None:
                     chunk = _concat([carry, chunk])
