@@ -91,10 +91,18 @@ def eval_cli(args, cwd, env=None):
 
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
-    """A trained ppo_cartpole run (``run``) and 100 of its episodes with sampled actions (``data``),
-    recorded by rlrun-eval: the offline tests' data."""
+    """The offline tests' data: a trained ppo_cartpole run (``run``) whose sampled batches were
+    recorded while it trained (``replay/ppo``), 100 episodes of its final policy with sampled actions
+    (``data``), and 300 episodes of a 1-iteration run's nearly uniform policy (``replay/random``)."""
     d = tmp_path_factory.mktemp("offline")
-    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}"], d)
+    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}", f"output={d / 'replay/ppo'}"],
+                d)
+    assert p.returncode == 0, p.stderr
+    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'random'}", "stop.training_iteration=1"],
+                d)
+    assert p.returncode == 0, p.stderr
+    p = eval_cli([f"checkpoint={d / 'random'}", "episodes=300", "explore=true", f"output={d / 'replay/random'}",
+                  "log=false", f"out={d / 'eval-random'}"], d)
     assert p.returncode == 0, p.stderr
     p = eval_cli([f"checkpoint={d / 'run'}", "episodes=100", "explore=true", f"output={d / 'data'}", "log=false",
                   f"out={d / 'eval'}"], d)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ def input_files(source: str, key: str = "input") -> list[Path]:
     refused when there are none."""
     path = Path(source).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.parquet") if not p.name.startswith((".", "_")))
+        files = sorted(Path(root, name) for root, _, names in os.walk(path, followlinks=True) for name in names
+                       if name.endswith(".parquet") and not name.startswith((".", "_")))
     elif path.is_file():
         files = [path]
     else:
