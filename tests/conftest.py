@@ -98,8 +98,8 @@ def recorded(tmp_path_factory):
     p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'run'}", f"output={d / 'replay/ppo'}"],
                 d)
     assert p.returncode == 0, p.stderr
-    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'random'}", "stop.training_iteration=1"],
-                d)
+    p = run_cli(["+experiment=ppo_cartpole", "tracking=none", f"output_dir={d / 'random'}",
+                 "stop.training_iteration=1"], d)
     assert p.returncode == 0, p.stderr
     p = eval_cli([f"checkpoint={d / 'random'}", "episodes=300", "explore=true", f"output={d / 'replay/random'}",
                   "log=false", f"out={d / 'eval-random'}"], d)
