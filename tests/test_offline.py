@@ -40,6 +40,7 @@ ENVS.add("scripted", lambda num_envs, **kw: ScriptedVectorEnv(num_envs, **kw), o
 MODELS.add("value_is_ten_t", ValueIsTenT, override=True)
 
 
+@pytest.mark.slow
 def test_recorded_episodes_load_with_pyarrow_and_bc_reaches_475(recorded):
     table = ds.dataset(recorded / "data", format="parquet").to_table()
     assert table.num_rows >= 20_000
@@ -62,6 +63,7 @@ def test_recorded_episodes_load_with_pyarrow_and_bc_reaches_475(recorded):
     assert float(s["stopped"].split("= ")[1].split(" ")[0]) >= 475
 
 
+@pytest.mark.slow
 def test_marwil_preset_learns_from_the_recorded_episodes(recorded):
     p = run_cli(["+experiment=marwil_cartpole", f"input={recorded / 'data'}", "tracking=none",
                  f"output_dir={recorded / 'marwil'}"], recorded)
@@ -185,6 +187,7 @@ def _spaces():
     return gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
 
 
+@pytest.mark.slow
 def test_a_mixed_input_takes_each_share_from_its_source(recorded, tmp_path):
     cfg = compose(["+experiment=bc_cartpole", f"input={{sampler: 0.25, {recorded / 'data'}: 0.75}}", "tracking=none",
                    "algo.train_batch_size=1024", f"output={tmp_path / 'sampled'}"])
@@ -201,6 +204,7 @@ def test_a_mixed_input_takes_each_share_from_its_source(recorded, tmp_path):
     assert 0 < written.num_rows <= 2 * 256  # only the sampled rows are recorded, never the read ones
 
 
+@pytest.mark.slow
 def test_a_multi_agent_run_writes_per_policy_data_that_reads_back(tmp_path):
     out = tmp_path / "ma"
     r = run(compose(["+experiment=ppo_multi_cartpole", "tracking=none", "progress=false", "stop.training_iteration=2",
@@ -216,6 +220,7 @@ def test_a_multi_agent_run_writes_per_policy_data_that_reads_back(tmp_path):
     assert r.metrics["offline/rows_read"] >= 512 and math.isfinite(r.metrics["train/loss/total"])
 
 
+@pytest.mark.slow
 def test_dqn_learns_cartpole_from_a_replay_of_ppo_and_random_episodes(recorded, tmp_path):
     """Everything ppo_cartpole sampled while it learned (75k rows, from a uniform policy to a good
     one) plus 300 episodes of a nearly uniform policy: DQN (the preset, 3-step targets) learns a
@@ -244,6 +249,7 @@ def _rewrite(src, dst, fn):
     return dst
 
 
+@pytest.mark.slow
 def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(recorded, tmp_path):
     src = next((recorded / "data").glob("*.parquet"))
     cut = tmp_path / "cut" / "part.parquet"
@@ -285,6 +291,7 @@ def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(reco
                  f"output={tmp_path / 'x'}"])
 
 
+@pytest.mark.slow
 def test_the_cli_says_one_line_and_exits_2_for_bad_data(recorded, tmp_path):
     src = next((recorded / "data").glob("*.parquet"))
     bad = _rewrite(src, tmp_path / "noact" / "part.parquet", lambda t: t.drop_columns(["actions"]))
@@ -295,6 +302,7 @@ def test_the_cli_says_one_line_and_exits_2_for_bad_data(recorded, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- Minari
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`(code_permalink|author|author_email|description|eval_env)`:UserWarning")
 def test_minari_datasets_made_by_minari_train_bc_and_rlrun_output_loads_in_minari(recorded, tmp_path, monkeypatch):
     import minari

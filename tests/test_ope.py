@@ -72,6 +72,7 @@ def test_fqe_bootstraps_through_a_chain():
     assert q == pytest.approx([1.75, 1.5, 1.0], abs=0.05)
 
 
+@pytest.mark.slow
 def test_on_policy_estimates_match_the_data_and_a_run_logs_them(recorded, tmp_path):
     """Estimating the policy that recorded the data: IS and WIS equal the data's own discounted
     return exactly; DR within 1%; a BC run reports every ope/<method>/* metric."""

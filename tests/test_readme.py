@@ -79,8 +79,9 @@ def launch(tmp_path_factory) -> Path:
 
 def sh(cmd: str, cwd: Path, timeout: float = 900, wrap=None) -> subprocess.CompletedProcess[str]:
     argv = ["bash", "-c", cmd]
+    env = {**ENV, "MINARI_DATASETS_PATH": str(cwd / "minari-datasets")}  # Minari's examples: not in ~/.minari
     p = subprocess.run(wrap(argv) if wrap else argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env=ENV)
+                       env=env)
     assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     return p
 
