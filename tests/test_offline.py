@@ -187,6 +187,28 @@ def _spaces():
     return gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
 
 
+def test_episode_writer_saves_external_episodes_that_read_back(tmp_path):
+    import gymnasium as gym
+
+    from rlrun.offline import EpisodeWriter
+
+    obs_space, act_space = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3)
+    with EpisodeWriter(tmp_path / "ext", obs_space, act_space, env_id="x") as w:
+        for t in range(3):  # one finished episode
+            w.add_step([t, 0], t % 3, 1.0, t == 2, False, [t + 1, 0], action_prob=0.25)
+        w.add_step([9, 9], 1, 2.0, False, False, [8, 8], action_prob=0.5)  # unfinished at close
+    f = sorted((tmp_path / "ext").glob("*.parquet"))
+    assert w.episodes == 2 and len(f) == 1
+    meta = read_meta(f[0])
+    b = batch_from_table(pq.read_table(f[0]), meta["columns"], str(f[0]))
+    np.testing.assert_array_equal(b[SB.EPS_ID], [0, 0, 0, 1])
+    np.testing.assert_array_equal(b[SB.T], [0, 1, 2, 0])
+    np.testing.assert_allclose(b[SB.ACTION_LOGP], np.log([0.25, 0.25, 0.25, 0.5]), rtol=1e-6)
+    assert b[SB.TERMINATEDS].tolist() == [False, False, True, False] and b[SB.ACTIONS].dtype == np.int64
+    assert meta["observation_space"]["shape"] == [2] and meta["action_space"] == {"type": "Discrete", "n": 3,
+                                                                                   "start": 0}
+
+
 @pytest.mark.slow
 def test_a_mixed_input_takes_each_share_from_its_source(recorded, tmp_path):
     cfg = compose(["+experiment=bc_cartpole", f"input={{sampler: 0.25, {recorded / 'data'}: 0.75}}", "tracking=none",
