@@ -109,7 +109,7 @@ def part_marwil(work: Path, seed: int) -> list[dict[str, object]]:
     for algo in ("bc", "marwil"):
         stdout, secs = rlrun("+experiment=bc_cartpole", f"algo={algo}", f"input={work / 'mixed'}", f"seed={seed}",
                              f"stop.timesteps_total={MIXED_BUDGET}", "++stop={eval/episode_return_mean: null}",
-                             f"output_dir={work / algo}", cwd=work)
+                             f"output_dir={work / ('mixed_' + algo)}", cwd=work)
         e = evals(stdout)
         out.append({"seed": seed, "algo": algo, "rows": rows(work / "mixed"), "final_eval": e[-1],
                     "last5_mean": round(statistics.mean(e[-5:]), 1), "best_eval": max(e), "seconds": round(secs, 1),
