@@ -31,15 +31,19 @@ class ProgressLine:
         self._printed_iter = -1
         self._bar: Any = None
         self._task: Any = None
+        self._last_eval = math.nan  # an offline run shows its last greedy return: it samples no episodes
 
     def _text(self, r: Mapping[str, float]) -> str:
         # the return the run is stopped on (a multi-agent run's rollout/<policy>/...), else the episode return
         key = next((k for k in self.stop if k.startswith("rollout/") and k.endswith("episode_return_mean")), RETURN)
         label = "return" if key == RETURN else f"{key.split('/')[1]} return"
         ret = r.get(key, math.nan)
+        steps = "steps"
+        if "offline/rows_read" in r and math.isnan(ret):  # trained from files only: rows, and the greedy return
+            key, label, ret, steps = EVAL_RETURN, "eval return", self._last_eval, "rows"
         target = f" / {self.stop[key]:g}" if key in self.stop else ""
-        return (f"iter {int(r['training_iteration']):>5}  steps {int(r['timesteps_total']):>9,}  "
-                f"{label} {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} steps/s  "
+        return (f"iter {int(r['training_iteration']):>5}  {steps} {int(r['timesteps_total']):>9,}  "
+                f"{label} {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} {steps}/s  "
                 f"{r['time_total_s']:7.1f} s")
 
     def _budget(self) -> tuple[str, float] | None:
@@ -49,7 +53,9 @@ class ProgressLine:
         if not self.enabled:
             return
         if EVAL_RETURN in r:
-            self._print(f"eval at {int(r['timesteps_total']):,} steps: return {r[EVAL_RETURN]:.2f} "
+            self._last_eval = r[EVAL_RETURN]
+            unit = "rows" if "offline/rows_read" in r else "steps"
+            self._print(f"eval at {int(r['timesteps_total']):,} {unit}: return {r[EVAL_RETURN]:.2f} "
                         f"(greedy, {int(r.get('eval/num_episodes', 0))} episodes)")
         if self.tty:
             self._live(r)

@@ -91,7 +91,7 @@ def rows(path: Path) -> int:
 
 
 def evals(stdout: str) -> list[float]:
-    return [float(m) for m in re.findall(r"eval at [\d,]+ steps: return ([\d.]+)", stdout)]
+    return [float(m) for m in re.findall(r"eval at [\d,]+ (?:steps|rows): return ([\d.]+)", stdout)]
 
 
 def part_bc(work: Path, seed: int) -> dict[str, object]:
