@@ -138,17 +138,15 @@ def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_fra
     returns: list[float] = []
     box = isinstance(env.action_space, gym.spaces.Box)
     t = 0
-    recurrent = getattr(policy, "recurrent", False)
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         total, done = 0.0, False
-        state = policy.initial_state(1) if recurrent else None
+        state = policy.initial_state(1)  # [] unless the model is recurrent
         while not done:
             if t % frame_skip == 0 and len(frames) < max_frames:
                 frames.append(np.asarray(env.render()))
             x = policy.filter_obs(np.asarray(obs)[None])
-            out = policy.compute_actions(x, explore=False, state=state) if recurrent else \
-                policy.compute_actions(x, explore=False)
+            out = policy.compute_actions(x, explore=False, state=state)
             action, state = out.actions[0], out.state_out
             if box:
                 action = np.clip(action, env.action_space.low, env.action_space.high)  # type: ignore[attr-defined]

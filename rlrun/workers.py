@@ -240,8 +240,7 @@ class RolloutWorker(WorkerBase):
             if step == cap:
                 buf = self._grow(buf, cap)
                 cap *= 2
-            out = self.policy.compute_actions(self.obs, self.explore, self._state) if self._recurrent else \
-                self.policy.compute_actions(self.obs, self.explore)
+            out = self.policy.compute_actions(self.obs, self.explore, self._state)  # the state: [] unless recurrent
             actions = out.actions
             env_actions = np.clip(actions, self._low, self._high) if self._box else actions
             raw_next, rew, term, trunc, infos = self.env.step(env_actions)
@@ -269,8 +268,7 @@ class RolloutWorker(WorkerBase):
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
         if self.policy.needs_next_obs or self.spec.record_next_obs:  # the dummy row's obs is the final obs
             frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
-        last_values = self.policy.compute_values(self.obs, self._state) if self._recurrent else \
-            self.policy.compute_values(self.obs)
+        last_values = self.policy.compute_values(self.obs, self._state)
         frag = self.policy.postprocess_trajectory(frag, last_values)
         batch = flatten_fragment(frag)
         self.env_steps_sampled += len(batch)

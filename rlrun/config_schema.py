@@ -1,0 +1,140 @@
+"""The run's config schemas: one dataclass per section, the only place defaults live (the YAML files
+under conf/ hold the same values; tests/test_defaults.py compares them). ``rlrun.config`` builds and
+checks them and re-exports every name here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlrun.multi_agent_config import MultiAgentConfig
+from rlrun.offline.config import SAMPLER, OfflineConfig
+
+# runs without a preset go to MLflow's own experiment 0, which every store has (a second, rlrun-made
+# "default" beside MLflow's empty "Default" confused users)
+DEFAULT_EXPERIMENT = "Default"
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adam"  # rlrun's fused Adam, or any torch.optim class name (SGD, RMSprop, AdamW, ...)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # its options besides lr (which is algo.lr)
+
+
+@dataclass
+class AlgoConfig:
+    """Options every algorithm has. Subclasses (``PPOConfig``) add their own."""
+
+    name: str = "ppo"
+    lr: float = 3e-4
+    # piecewise-linear schedule over env steps sampled: [[0, 3e-4], [100000, 0.0]]; overrides lr
+    lr_schedule: list[list[float]] | None = None
+    gamma: float = 0.99
+    train_batch_size: int = 256  # env steps per training iteration (see rollout.*)
+    num_sgd_iter: int = 1  # passes over the train batch per iteration
+    sgd_minibatch_size: int | None = None  # None: the whole batch in one step
+    grad_clip: float | None = 0.5  # global L2 norm; None: no clipping
+    adam_eps: float = 1e-5  # eps of rlrun's Adam (optimizer.name: adam)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+
+@dataclass
+class LossConfig:
+    """Options every loss has; losses with coefficients subclass it."""
+
+    name: str = "pg"
+
+
+@dataclass
+class ModelConfig:
+    name: str = "mlp"
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"  # an rlrun-registered env name or any gymnasium id
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
+    # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync)
+    vectorize: Literal["auto", "vector_entry_point", "sync"] = "auto"
+    # gymnasium wrappers, applied in order: a name or {name: <wrapper>, <argument>: <value>} (rlrun/wrappers.py)
+    wrappers: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class RayConfig:
+    # null: start a private local Ray instance (loopback only) sized by num_cpus;
+    # "auto" or "host:port" or "ray://host:port": join that existing cluster (never starts one)
+    address: str | None = None
+    num_cpus: int | None = None  # private instance only; null = all cores of this machine
+    start_timeout_s: float = 120.0  # rollout actors not placed by then (CPUs all taken): the run fails, clearly
+
+
+@dataclass
+class RolloutConfig:
+    num_workers: int = 0  # remote rollout workers (Ray actors); 0 = sample in-process, no Ray
+    # sub-envs per worker, stepped as one vector env; "auto" = train_batch_size / (fragment x max(workers, 1))
+    num_envs_per_worker: int | Literal["auto"] = 8
+    # vector steps per sub-env per sample() call; "auto" = train_batch_size / (envs x max(workers, 1))
+    rollout_fragment_length: int | Literal["auto"] = 32
+    batch_mode: Literal["truncate_episodes", "complete_episodes"] = "truncate_episodes"
+    num_cpus_per_worker: float = 1.0
+    max_worker_restarts: int = 10  # over the whole run; past it the run stops (FAILED)
+    sample_timeout_s: float = 300.0  # a remote sample() slower than this counts as a dead worker
+    # none, or mean_std: running mean/std normalisation of observations (synced across workers, in
+    # checkpoints and in the exported model; frozen in evaluation)
+    observation_filter: Literal["none", "mean_std"] = "none"
+    observation_filter_clip: float = 10.0  # mean_std: normalised observations are clipped to +-this
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+@dataclass
+class TrackingConfig:
+    backend: Literal["mlflow", "none"] = "mlflow"
+    tracking_uri: str | None = None  # None: sqlite:///<launch dir>/mlflow.db
+    artifact_location: str | None = None  # None: <dir of the sqlite file>/mlartifacts
+    experiment_name: str | None = None  # None: the +experiment config's name, else DEFAULT_EXPERIMENT
+    run_name: str | None = None
+    log_model: bool = True  # the final policy as MLflow model `model` (greedy actions; ~1.5 s at the end)
+
+
+@dataclass
+class CheckpointConfig:
+    every_n_iters: int = 0  # also every N iterations (0: only at the end)
+    keep_last: int = 3  # local checkpoint dirs kept (MLflow keeps every one it was sent)
+    include_replay: bool = False  # DQN: store the replay buffer too (large)
+
+
+@dataclass
+class EvaluationConfig:
+    interval: int = 0  # evaluate every N iterations (0: never); greedy actions on separate envs
+    num_episodes: int = 10
+    num_envs: int = 5
+
+
+@dataclass
+class RunConfig:
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    multiagent: MultiAgentConfig = field(default_factory=MultiAgentConfig)
+    # where experience comes from: sampler (the rollout workers), a directory or glob of rlrun Parquet
+    # files, or a weighted mix {sampler: 0.5, data/dir: 0.5} (rlrun/offline/)
+    input: Any = SAMPLER
+    output: str | None = None  # also write every sampled batch as Parquet files to this directory
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
+    seed: int = 0
+    # stop when ANY criterion is met: counters (STOP_COUNTERS) or metric thresholds (metric >= value)
+    stop: dict[str, float] = field(default_factory=lambda: {"timesteps_total": 100_000})
+    plugins: list[str] = field(default_factory=list)  # modules imported before registries are read
+    callbacks: list[str] = field(default_factory=list)  # registered Callbacks (rlrun/callbacks.py), called in order
+    output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
+    torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
+    progress: bool = True  # live console progress line
+    experiment: str | None = None  # name of the +experiment preset, set by the cli
+    resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"
+    objective: str = "rollout/episode_return_mean"  # a sweep job's return value (a metric, or steps_to_target)
