@@ -271,8 +271,8 @@ def _rewrite(src, dst, fn):
     return dst
 
 
-@pytest.mark.slow
-def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(recorded, tmp_path):
+def _bad_inputs(recorded, tmp_path):
+    """``{case: (input, extra overrides, substrings of the one error line)}``: each kind of bad data."""
     src = next((recorded / "data").glob("*.parquet"))
     cut = tmp_path / "cut" / "part.parquet"
     cut.parent.mkdir()
@@ -288,16 +288,22 @@ def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(reco
     foreign = tmp_path / "foreign" / "part.parquet"
     foreign.parent.mkdir()
     pq.write_table(pa.table({"obs": [1.0], "actions": [0]}), foreign)
-    cases = [
-        (_bc(tmp_path, cut.parent), [str(cut), "not a readable Parquet file"]),
-        (_bc(tmp_path, no_actions.parent), [str(no_actions), "column 'actions' is missing"]),
-        (_bc(tmp_path, nan.parent), [str(nan), "column 'rewards'", "1 non-finite", "row 7"]),
-        (_bc(tmp_path, foreign.parent), [str(foreign), "without rlrun metadata"]),
-        (_bc(tmp_path, recorded / "data", "env.id=Acrobot-v1"), ["observation_space", "does not match"]),
-    ]
-    for cfg, needles in cases:
+    return {
+        "truncated file": (cut.parent, [], [str(cut), "not a readable Parquet file"]),
+        "no actions column": (no_actions.parent, [], [str(no_actions), "column 'actions' is missing"]),
+        "NaN reward": (nan.parent, [], [str(nan), "column 'rewards'", "1 non-finite", "row 7"]),
+        "not rlrun's file": (foreign.parent, [], [str(foreign), "without rlrun metadata"]),
+        "obs shape": (recorded / "data", ["env.id=Acrobot-v1"], [str(src), "observation_space", "does not match"]),
+        "unknown Minari id": ("minari:cartpole/nope-v0", [], ["minari:cartpole/nope-v0", "no local Minari dataset"]),
+    }
+
+
+@pytest.mark.slow
+def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(recorded, tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    for source, extra, needles in _bad_inputs(recorded, tmp_path).values():
         with pytest.raises(DataError) as e:
-            run(cfg, tmp_path)
+            run(_bc(tmp_path, source, *extra), tmp_path)
         assert "\n" not in str(e.value) and all(n in str(e.value) for n in needles), str(e.value)
     assert not (tmp_path / "out" / "checkpoints").exists()  # refused before any training
     with pytest.raises(ConfigError, match="input: no such directory or file '/nonexistent'"):
@@ -314,13 +320,23 @@ def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(reco
 
 
 @pytest.mark.slow
-def test_the_cli_says_one_line_and_exits_2_for_bad_data(recorded, tmp_path):
-    src = next((recorded / "data").glob("*.parquet"))
-    bad = _rewrite(src, tmp_path / "noact" / "part.parquet", lambda t: t.drop_columns(["actions"]))
-    p = run_cli(["+experiment=bc_cartpole", f"input={bad.parent}", "tracking=none"], tmp_path)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert str(bad) in p.stderr and "column 'actions' is missing" in p.stderr
-    assert not (tmp_path / "mlflow.db").exists()
+def test_the_cli_says_one_line_and_exits_2_for_each_kind_of_bad_data(recorded, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item):
+        name, (source, extra, needles) = item
+        cwd = tmp_path / name.replace(" ", "_").replace("'", "")
+        cwd.mkdir()
+        p = run_cli(["+experiment=bc_cartpole", f"input={source}", *extra], cwd,
+                    env={"MINARI_DATASETS_PATH": str(tmp_path / "minari")})
+        return name, cwd, needles, p
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, _bad_inputs(recorded, tmp_path).items()))
+    for name, cwd, needles, p in results:
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, (name, p.stderr)
+        assert p.stderr.startswith("rlrun: error: ") and all(n in p.stderr for n in needles), (name, p.stderr)
+        assert not (cwd / "mlflow.db").exists() and not list(cwd.glob("outputs/*/*/checkpoints")), name
 
 
 # ---------------------------------------------------------------------------------------- Minari
