@@ -51,6 +51,19 @@ def test_per_decision_is_and_wis_over_two_steps_by_hand():
     assert estimate("is", [good, bad], 0.5).v_behavior == pytest.approx((1 + 0.5) / 2)
 
 
+def test_wis_counts_ended_episodes_with_their_last_ratio():
+    """Reward 1 per step, gamma 1: the target keeps the long episode's actions (ratio 1.6 per step),
+    avoids the short one's (0.4). Episode A: 2 steps; episode B: 1 step. p_A = 1.6, 2.56; p_B = 0.4.
+    w_0 = (1.6 + 0.4) / 2 = 1; w_1 = (2.56 + 0.4) / 2 = 1.48 (B ended, keeps 0.4).
+    A: 1.6 / 1 + 2.56 / 1.48; B: 0.4 / 1. The estimate moves toward the target's longer episodes,
+    away from the behaviour value 1.5 (which normalising over running episodes only would return)."""
+    a = Episode(np.ones(2), np.array([0.5, 0.5]), np.array([0.8, 0.8]))
+    b = Episode(np.ones(1), np.array([0.5]), np.array([0.2]))
+    e = estimate("wis", [a, b], 1.0)
+    assert e.v_target == pytest.approx((1.6 + 2.56 / 1.48 + 0.4) / 2)
+    assert e.v_behavior == pytest.approx(1.5) and e.v_target > e.v_behavior
+
+
 def test_fqe_recovers_the_bandits_q_values():
     n = 2000
     rng = np.random.default_rng(0)

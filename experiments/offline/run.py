@@ -319,7 +319,10 @@ def main() -> None:
     finally:
         if args.work is None:
             shutil.rmtree(root, ignore_errors=True)
-    report(results)
+    raw = RESULTS / "raw.json"  # every part's rows: a run of some parts keeps the others' results
+    merged = {**(json.loads(raw.read_text()) if raw.exists() else {}), **results}
+    raw.write_text(json.dumps(merged, indent=1))
+    report(merged)
 
 
 def report(results: dict[str, list[dict[str, object]]]) -> None:

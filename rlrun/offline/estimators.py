@@ -4,8 +4,10 @@ Every estimator works on whole episodes and returns one estimate per episode; ``
 those into the mean and a normal 95% confidence interval. With p_t = prod_{k<=t} pi(a_k|s_k) / mu(a_k|s_k):
 
 - ``is``  (per-decision importance sampling): sum_t gamma^t p_t r_t
-- ``wis`` (weighted per-decision IS): sum_t gamma^t p_t / w_t r_t, w_t the mean of p_t over the
-  episodes that last longer than t (biased, far lower variance)
+- ``wis`` (weighted per-decision IS): sum_t gamma^t p_t / w_t r_t, w_t the mean of p_t over all
+  episodes, an episode that has ended keeping its last p (it sits in an absorbing state where both
+  policies agree). Normalising only over the episodes still running at t would turn any constant
+  reward, such as CartPole's, into exactly the behaviour policy's value.
 - ``dm``  (direct method): V(s_0) = sum_a pi(a|s_0) Q(s_0, a) with a fitted Q (``fqe``)
 - ``dr``  (doubly robust, Jiang & Li 2016): backwards, V_DR(t) = V(s_t) + rho_t (r_t + gamma V_DR(t+1) - Q(s_t, a_t))
 
@@ -64,11 +66,11 @@ def importance_sampling(episodes: Sequence[Episode], gamma: float) -> np.ndarray
 def weighted_importance_sampling(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
     ratios = [_cumulative_ratio(ep) for ep in episodes]
     horizon = max(len(p) for p in ratios)
-    total, count = np.zeros(horizon), np.zeros(horizon)
+    total = np.zeros(horizon)
     for p in ratios:
         total[: len(p)] += p
-        count[: len(p)] += 1
-    w = total / np.maximum(count, 1)
+        total[len(p):] += p[-1]  # ended: the ratio stays where it was
+    w = total / len(ratios)
     out = []
     for ep, p in zip(episodes, ratios, strict=True):
         t = np.arange(len(p))

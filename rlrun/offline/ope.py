@@ -4,7 +4,8 @@ The episodes (``offline.evaluation_input``, else the run's ``input`` files) are 
 episodes only, at most ``offline.evaluation_episodes``. Every ``offline.evaluation_interval``
 iterations the learner's policy (its action distribution, i.e. what it samples) is evaluated on
 them; ``dm`` and ``dr`` first fit Q^pi by fitted Q evaluation (FQE: ``offline.fqe_steps`` minibatch
-steps of r + gamma * sum_a' pi(a'|s') Q_target(s', a'), target network copied every 10 steps).
+steps of r + gamma * sum_a' pi(a'|s') Q_target(s', a'), clamped to the range a value can take; target
+network copied every 10 steps).
 Results are logged as ``ope/<method>/v_target``, ``v_behavior``, ``v_gain`` and a 95% interval.
 """
 
@@ -30,6 +31,7 @@ from rlrun.optim import make_optimizer
 
 SB = SampleBatch
 FQE_TARGET_EVERY = 10
+FQE_LR = 1e-3
 FQE_BATCH = 256
 
 
@@ -131,17 +133,21 @@ def fit_fqe(data: SampleBatch, next_probs: np.ndarray, num_actions: int, gamma: 
         layers += [nn.Linear(a, b), nn.ReLU()]
     q = nn.Sequential(nn.Flatten(), *layers, nn.Linear(dims[-1], num_actions))
     target = copy.deepcopy(q)
-    opt = make_optimizer("adam", list(q.parameters()), 1e-3, 1e-8, {})  # rlrun's Adam: no torch._dynamo import
+    opt = make_optimizer("adam", list(q.parameters()), FQE_LR, 1e-8, {})  # rlrun's Adam: no torch._dynamo import
     obs = torch.as_tensor(data[SB.OBS], dtype=torch.float32)
     nxt = torch.as_tensor(data[SB.NEXT_OBS], dtype=torch.float32)
     act = torch.as_tensor(data[SB.ACTIONS]).long()
     rew = torch.as_tensor(data[SB.REWARDS], dtype=torch.float32)
     cont = gamma * (1.0 - torch.as_tensor(data[SB.TERMINATEDS], dtype=torch.float32))
     pi_next = torch.as_tensor(next_probs, dtype=torch.float32)
+    # Q^pi lies in [min(r, 0), max(r, 0)] / (1 - gamma): clamping the targets there keeps an
+    # overestimate on actions the data never took from feeding on itself (FQE diverged without it)
+    horizon = 1.0 / max(1.0 - gamma, 1e-3)
+    lo, hi = min(float(rew.min()), 0.0) * horizon, max(float(rew.max()), 0.0) * horizon
     for step in range(steps):
         idx = torch.randint(len(obs), (FQE_BATCH,), generator=gen)
         with torch.no_grad():
-            y = rew[idx] + cont[idx] * (pi_next[idx] * target(nxt[idx])).sum(-1)
+            y = (rew[idx] + cont[idx] * (pi_next[idx] * target(nxt[idx])).sum(-1)).clamp(lo, hi)
         loss = (q(obs[idx]).gather(-1, act[idx, None]).squeeze(-1) - y).pow(2).mean()
         opt.zero_grad()
         loss.backward()
