@@ -217,7 +217,7 @@ t.stop()
 """
 
 
-def part_write(work: Path, reps: int = 5) -> list[dict[str, object]]:
+def part_write(work: Path, reps: int = 9) -> list[dict[str, object]]:
     out = []
     for rep in range(reps):
         for mode in ("off", "on"):
@@ -262,8 +262,9 @@ def plots(results: dict[str, list[dict[str, object]]]) -> None:
                 ylabel="greedy eval return")
     axes[0].legend(fontsize=7)
     for r in results.get("ope", []):
-        for k, m in (("wis", "o"), ("dr", "s"), ("is", "x"), ("dm", "^")):
-            axes[1].scatter(r["true"], r[k], marker=m, label=k if r is results["ope"][0] else None, alpha=0.7)
+        for k, m, c in (("wis", "o", "tab:blue"), ("dr", "s", "tab:green"), ("is", "x", "tab:red"),
+                        ("dm", "^", "tab:purple")):
+            axes[1].scatter(r["true"], r[k], marker=m, color=c, label=k if r is results["ope"][0] else None, alpha=0.7)
     lim = [0, 110]
     axes[1].plot(lim, lim, "k--", lw=0.8)
     axes[1].fill_between(lim, [0.85 * x for x in lim], [1.15 * x for x in lim], color="grey", alpha=0.15)
