@@ -50,13 +50,15 @@ def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: in
     prev_done = np.zeros(n, dtype=bool)
     returns: list[float] = []
     lengths: list[int] = []
-    state = policy.initial_state(n)  # [] unless the model is recurrent
+    recurrent = getattr(policy, "recurrent", False)  # duck-typed policies (no state) are evaluated too
+    state = policy.initial_state(n) if recurrent else None
     try:
         while (done_count < quota).any():
-            out = policy.compute_actions(policy.filter_obs(obs), explore=False, state=state)  # frozen filter
+            out = policy.compute_actions(policy.filter_obs(obs), explore=False, state=state) if recurrent else \
+                policy.compute_actions(policy.filter_obs(obs), explore=False)  # frozen filter
             actions = out.actions
             obs, rew, term, trunc, _ = env.step(np.clip(actions, low, high) if box else actions)
-            if policy.recurrent:  # sub-envs that took their autoreset step start the next episode afresh
+            if recurrent:  # sub-envs that took their autoreset step start the next episode afresh
                 state = [np.where(prev_done.reshape(-1, *([1] * (a.ndim - 1))), i, a)
                          for a, i in zip(out.state_out or [], policy.initial_state(n), strict=True)]
             live = ~prev_done & (done_count < quota)  # skip autoreset steps and finished sub-envs

@@ -12,7 +12,7 @@ from rlrun.registry import ALGOS
 
 load_builtins()
 PRESETS = {"pg": "pg_cartpole", "ppo": "ppo_cartpole", "a2c": "a2c_cartpole", "dqn": "dqn_cartpole",
-           "appo": "appo_cartpole"}
+           "appo": "appo_cartpole", "bc": "bc_cartpole", "marwil": "marwil_cartpole"}
 
 
 def test_every_registered_algorithm_has_a_round_trip_case():
@@ -25,6 +25,21 @@ def test_save_restore_round_trip(algo, tmp_path):
                  "checkpoint.include_replay=true"]
     if algo == "dqn":
         overrides += ["algo.learning_starts=256"]  # learn in the 2 iterations below
+    if algo in ("bc", "marwil"):  # they train from files: 30 random episodes
+        import gymnasium as gym
+
+        from rlrun.offline import EpisodeWriter
+
+        env = gym.make("CartPole-v1")
+        with EpisodeWriter(tmp_path / "data", env.observation_space, env.action_space, "CartPole-v1") as w:
+            for ep in range(30):
+                obs, _ = env.reset(seed=ep)
+                done = False
+                while not done:
+                    nxt, r, term, trunc, _ = env.step(env.action_space.sample())
+                    w.add_step(obs, env.action_space.sample(), r, term, trunc, nxt)
+                    obs, done = nxt, term or trunc
+        overrides += [f"input={tmp_path / 'data'}", "offline.shuffle_buffer=64", "algo.train_batch_size=256"]
     a = make_trainer(overrides)
     for _ in range(2):
         a.train()
