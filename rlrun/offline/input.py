@@ -18,7 +18,7 @@ import gymnasium as gym
 from rlrun.algorithm import COLLECTED_COLUMNS, get_algorithm
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.offline.config import MINARI, SAMPLER, input_files, parse_input
-from rlrun.offline.parquet import ACTION_PROB, DatasetWriter
+from rlrun.offline.parquet import ACTION_PROB, REQUIRED_COLUMNS, DatasetWriter
 from rlrun.offline.reader import ParquetReader, ShuffledReader, check_file
 from rlrun.offline.spaces import space_to_json
 
@@ -27,7 +27,7 @@ SB = SampleBatch
 
 def check_input(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> int:
     """Every input file checked against the run (before compute); returns how many there are."""
-    needed = [SB.OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.EPS_ID]
+    needed = list(REQUIRED_COLUMNS)
     if get_algorithm(cfg.algo.name).needs_next_obs:
         needed.append(SB.NEXT_OBS)
     n = 0
@@ -60,10 +60,6 @@ class Experience:
             (reader(s, policy, obs_space, action_space, cfg.offline.shuffle_buffer, cfg.seed + i), w)
             for i, (s, w) in enumerate(sources) if s != SAMPLER
         ]
-
-    @property
-    def offline(self) -> bool:
-        return bool(self.readers)
 
     def next_batch(self, n: int) -> tuple[SampleBatch, list[SampleBatch]]:
         """``n`` rows at least: returns the batch and the sampled fragments in it (to record)."""
