@@ -23,7 +23,7 @@ def bandit(actions, q=(1.0, 0.0)):
 
 def test_every_estimator_is_exact_on_the_bandit_with_the_true_q():
     eps = bandit([0, 1])
-    for method in ("is", "wis", "dm", "dr"):
+    for method in ("is", "wis", "dm", "dr", "wdr"):
         e = estimate(method, eps, gamma=0.9)
         assert e.v_target == pytest.approx(0.8), method  # the true value: pi(0) x 1
         assert e.v_behavior == pytest.approx(0.5) and e.v_gain == pytest.approx(1.6)
@@ -64,6 +64,27 @@ def test_wis_counts_ended_episodes_with_their_last_ratio():
     assert e.v_behavior == pytest.approx(1.5) and e.v_target > e.v_behavior
 
 
+def test_weighted_dr_by_hand_and_its_reductions():
+    """The two 2-step episodes above with a fitted Q: WDR = sum_t gamma^t [w_t (r_t - Q_t) + w_{t-1} V_t],
+    w_t the WIS weights p_t / mean(p_t), w_{-1} = 1. With Q = V = 0 it is WIS; a constant Q = V
+    (any baseline the target agrees with) leaves it unchanged."""
+    mu, pi = np.array([0.5, 0.5]), np.array([0.8, 0.8])
+
+    def two(q_good, v_good, q_bad, v_bad):
+        return [Episode(np.array([1.0, 1.0]), mu, pi, np.array(q_good), np.array(v_good)),
+                Episode(np.array([0.0, 0.0]), mu, 1 - pi, np.array(q_bad), np.array(v_bad))]
+
+    zero = two([0, 0], [0, 0], [0, 0], [0, 0])
+    assert estimate("wdr", zero, 0.5).v_target == pytest.approx(estimate("wis", zero, 0.5).v_target)
+    const = two([3, 3], [3, 3], [3, 3], [3, 3])
+    assert estimate("wdr", const, 0.5).v_target == pytest.approx(estimate("wis", zero, 0.5).v_target)
+    eps = two([1.5, 1.0], [1.2, 0.8], [0.0, 0.0], [1.2, 0.8])
+    w_good, w_bad = (1.6, 2.56 / 1.36), (0.4, 0.16 / 1.36)
+    good = w_good[0] * (1 - 1.5) + 1.2 + 0.5 * (w_good[1] * (1 - 1.0) + w_good[0] * 0.8)
+    bad = w_bad[0] * 0 + 1.2 + 0.5 * (w_bad[1] * 0 + w_bad[0] * 0.8)
+    assert estimate("wdr", eps, 0.5).v_target == pytest.approx((good + bad) / 2)
+
+
 def test_fqe_recovers_the_bandits_q_values():
     n = 2000
     rng = np.random.default_rng(0)
@@ -88,7 +109,7 @@ def test_fqe_bootstraps_through_a_chain():
 @pytest.mark.slow
 def test_on_policy_estimates_match_the_data_and_a_run_logs_them(recorded, tmp_path):
     """Estimating the policy that recorded the data: IS and WIS equal the data's own discounted
-    return exactly; DR within 1%; a BC run reports every ope/<method>/* metric."""
+    return exactly; DR and WDR within 1%; a BC run reports every ope/<method>/* metric."""
     from rlrun.cli import compose
     from rlrun.export import load_policy
     from rlrun.offline.ope import OffPolicyEvaluator
@@ -96,14 +117,14 @@ def test_on_policy_estimates_match_the_data_and_a_run_logs_them(recorded, tmp_pa
 
     behaviour = load_policy(sorted((recorded / "run" / "checkpoints").iterdir())[-1])
     cfg = compose(["+experiment=bc_cartpole", f"input={recorded / 'data'}", "tracking=none", "progress=false",
-                   "offline.evaluation=[is,wis,dm,dr]", "offline.evaluation_episodes=50", "offline.fqe_steps=500",
+                   "offline.evaluation=[is,wis,dm,dr,wdr]", "offline.evaluation_episodes=50", "offline.fqe_steps=500",
                    "offline.evaluation_interval=2", "stop.training_iteration=2", f"output_dir={tmp_path / 'bc'}"])
     m = OffPolicyEvaluator(cfg, behaviour.action_space).evaluate(behaviour.policy)
     v = m["ope/is/v_behavior"]
     assert 90 < v < 100  # 500-step episodes, gamma 0.99: (1 - 0.99^500) / 0.01 = 99.3
     assert m["ope/is/v_target"] == pytest.approx(v, rel=1e-4) and m["ope/wis/v_target"] == pytest.approx(v, rel=1e-4)
-    assert m["ope/dr/v_target"] == pytest.approx(v, rel=0.01)
+    assert m["ope/dr/v_target"] == pytest.approx(v, rel=0.01) and m["ope/wdr/v_target"] == pytest.approx(v, rel=0.01)
     r = run(cfg, tmp_path)
-    for method in ("is", "wis", "dm", "dr"):
+    for method in ("is", "wis", "dm", "dr", "wdr"):
         for key in ("v_target", "v_behavior", "v_gain", "v_target_ci_low", "v_target_ci_high"):
             assert math.isfinite(r.metrics[f"ope/{method}/{key}"]), (method, key)

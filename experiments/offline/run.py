@@ -11,8 +11,10 @@ off-policy estimates and the reader's memory, which use rlrun's Python API. Per 
 - ``bc``: ``+experiment=bc_cartpole input=expert``: greedy eval return (target 475).
 - ``marwil``: BC and MARWIL (beta 1) on ``mixed``, 300k rows each: greedy eval returns.
 - ``dqn``: ``+experiment=dqn_cartpole input=dqn`` (PPO's training replay + random episodes): greedy eval.
-- ``ope``: for behaviour/target pairs of checkpoints, IS, WIS, DM, DR from 100 behaviour episodes
-  against the target's true discounted return (gamma 0.99).
+- ``ope``: IS, WIS, DM, DR and WDR from 100 behaviour episodes against the target's true discounted
+  return (gamma 0.99), for two families of behaviour/target pairs: ``checkpoints`` (one PPO
+  checkpoint's data, another's policy) and ``mixture`` (the target mixed with the uniform policy,
+  eps 0.1 and 0.3, recorded with ``EpisodeWriter``).
 Once: ``memory`` (RSS while reading a 1M-row dataset 5 times through the shuffle buffer) and
 ``write`` (sampling throughput with and without ``output=``, interleaved).
 
@@ -45,6 +47,10 @@ GAMMA = 0.99
 MIXED_BUDGET = 300_000  # rows each of BC and MARWIL train on in the mixed-data comparison
 OPE_PAIRS = [("iter_000060", "final"), ("final", "iter_000060"), ("iter_000040", "iter_000060"),
              ("iter_000060", "iter_000040")]  # (behaviour, target)
+# behaviour = (1 - eps) target + eps uniform: data that covers every action the target takes
+OPE_MIX_TARGETS = ["iter_000040", "iter_000060", "final"]
+OPE_MIX_EPS = [0.1, 0.3]
+OPE_METHODS = ("is", "wis", "dm", "dr", "wdr")
 
 
 def sh(argv: list[str], cwd: Path, timeout: float = 3600) -> tuple[str, float]:
@@ -130,34 +136,70 @@ def part_dqn(work: Path, seed: int) -> dict[str, object]:
 def part_ope(work: Path, seed: int) -> list[dict[str, object]]:
     code = f"""
 import json, sys
+from pathlib import Path
+import gymnasium as gym
 import numpy as np
+import torch
 from rlrun.plugins import load_builtins
 load_builtins()
 from rlrun.cli import compose
 from rlrun.export import load_policy
-from rlrun.offline.ope import OffPolicyEvaluator, load_episodes
-work = {str(work)!r}
+from rlrun.offline.episodes import EpisodeWriter
+from rlrun.offline.ope import OffPolicyEvaluator, action_probs, load_episodes
+torch.set_num_threads(1)
+work = Path({str(work)!r})
+methods = {list(OPE_METHODS)!r}
+
+def policy(name):
+    ckpts = sorted((work / "ppo" / "checkpoints").iterdir())
+    return load_policy(ckpts[-1] if name == "final" else work / "ppo" / "checkpoints" / name)
+
+def true_value(name, lp):
+    return float(np.mean([np.sum(e["rewards"] * {GAMMA} ** np.arange(len(e)))
+                          for e in load_episodes(str(work / "ope" / name), 100, lp.action_space)]))
+
+def estimate(data, lp):
+    cfg = compose(["+experiment=bc_cartpole", f"input={{data}}", "tracking=none",
+                   "offline.evaluation=[" + ",".join(methods) + "]", "offline.evaluation_episodes=100"])
+    return OffPolicyEvaluator(cfg, lp.action_space).evaluate(lp.policy)
+
+def record_mixture(lp, eps, out):
+    # behaviour mu = (1 - eps) pi + eps uniform, saved through rlrun's EpisodeWriter with mu(a|s)
+    env, rng = gym.make("CartPole-v1"), np.random.default_rng({seed})
+    with EpisodeWriter(out, env.observation_space, env.action_space, env_id="CartPole-v1") as w:
+        for e in range(100):
+            obs, _ = env.reset(seed={seed} * 1000 + e)
+            done = False
+            while not done:
+                mu = (1 - eps) * action_probs(lp.policy, obs[None])[0] + eps / env.action_space.n
+                a = int(rng.choice(len(mu), p=mu / mu.sum()))
+                nxt, r, term, trunc, _ = env.step(a)
+                w.add_step(obs, a, r, term, trunc, nxt, action_prob=float(mu[a]))
+                obs, done = nxt, term or trunc
+
 out = []
 for behaviour, target in {OPE_PAIRS!r}:
-    t = load_policy({str(work)!r} + "/ppo/checkpoints/" + target if target != "final" else
-                    sorted(__import__("pathlib").Path(work, "ppo", "checkpoints").iterdir())[-1])
-    true = [float(np.sum(e["rewards"] * {GAMMA} ** np.arange(len(e)))) for e in
-            load_episodes(work + "/ope/" + target, 100, t.action_space)]
-    cfg = compose(["+experiment=bc_cartpole", "input=" + work + "/ope/" + behaviour, "tracking=none",
-                   "offline.evaluation=[is,wis,dm,dr]", "offline.evaluation_episodes=100"])
-    m = OffPolicyEvaluator(cfg, t.action_space).evaluate(t.policy)
-    row = {{"behaviour": behaviour, "target": target, "true": float(np.mean(true)),
-           "behaviour_value": m["ope/is/v_behavior"]}}
-    for k in ("is", "wis", "dm", "dr"):
-        row[k] = m[f"ope/{{k}}/v_target"]
-    out.append(row)
+    lp = policy(target)
+    m = estimate(work / "ope" / behaviour, lp)
+    out.append({{"family": "checkpoints", "behaviour": behaviour, "target": target, "true": true_value(target, lp),
+                "behaviour_value": m["ope/is/v_behavior"], **{{k: m[f"ope/{{k}}/v_target"] for k in methods}}}})
+for target in {OPE_MIX_TARGETS!r}:
+    lp = policy(target)
+    for eps in {OPE_MIX_EPS!r}:
+        data = work / "ope_mix" / f"{{target}}_eps{{eps}}"
+        if not data.exists():
+            record_mixture(lp, eps, data)
+        m = estimate(data, lp)
+        out.append({{"family": "mixture", "behaviour": f"{{eps}} uniform + {{1 - eps:.1f}} target", "target": target,
+                    "true": true_value(target, lp), "behaviour_value": m["ope/is/v_behavior"],
+                    **{{k: m[f"ope/{{k}}/v_target"] for k in methods}}}})
 print(json.dumps(out))
 """
     stdout, _ = sh([sys.executable, "-c", code], work)
     result = json.loads(stdout.strip().splitlines()[-1])
     for r in result:
         r["seed"] = seed
-        for k in ("is", "wis", "dm", "dr"):
+        for k in OPE_METHODS:
             r[f"{k}_err_pct"] = round(100 * abs(r[k] - r["true"]) / abs(r["true"]), 1)
     return result
 
@@ -261,14 +303,17 @@ def plots(results: dict[str, list[dict[str, object]]]) -> None:
     axes[0].set(title="mixed data (20 expert + 500 poor episodes)", xlabel="rows trained on",
                 ylabel="greedy eval return")
     axes[0].legend(fontsize=7)
-    for r in results.get("ope", []):
-        for k, m, c in (("wis", "o", "tab:blue"), ("dr", "s", "tab:green"), ("is", "x", "tab:red"),
+    for i, r in enumerate(results.get("ope", [])):
+        filled = r.get("family") == "mixture"
+        for k, m, c in (("wis", "o", "tab:blue"), ("dr", "s", "tab:green"), ("wdr", "D", "tab:olive"),
                         ("dm", "^", "tab:purple")):
-            axes[1].scatter(r["true"], r[k], marker=m, color=c, label=k if r is results["ope"][0] else None, alpha=0.7)
+            if k in r:
+                axes[1].scatter(r["true"], r[k], marker=m, edgecolors=c, facecolors=c if filled else "none",
+                                label=k if i == 0 else None, alpha=0.7)
     lim = [0, 110]
     axes[1].plot(lim, lim, "k--", lw=0.8)
     axes[1].fill_between(lim, [0.85 * x for x in lim], [1.15 * x for x in lim], color="grey", alpha=0.15)
-    axes[1].set(title="off-policy estimates vs true value (grey: +-15%)", xlabel="true discounted return",
+    axes[1].set(title="OPE vs true value (filled: mixture pairs; grey: +-15%)", xlabel="true discounted return",
                 ylabel="estimate", xlim=lim, ylim=lim)
     axes[1].legend()
     for r in results.get("memory", []):
@@ -336,6 +381,14 @@ def report(results: dict[str, list[dict[str, object]]]) -> None:
         off = statistics.median(float(r["steps_per_s"]) for r in results["write"] if r["output"] == "off")
         lines += [f"median env steps/s with output: {on:.0f}, without: {off:.0f}; ratio {on / off:.3f} "
                   f"(slowdown {100 * (1 - on / off):.1f}%)", ""]
+    if "ope" in results:
+        lines += ["pairs within 15% of the true value:", ""]
+        for family in sorted({str(r.get("family", "checkpoints")) for r in results["ope"]}):
+            rs = [r for r in results["ope"] if r.get("family", "checkpoints") == family]
+            counts = ", ".join(f"{k} {sum(float(r[f'{k}_err_pct']) <= 15 for r in rs)}/{len(rs)}"
+                               for k in OPE_METHODS if f"{k}_err_pct" in rs[0])
+            lines += [f"- {family}: {counts}"]
+        lines += [""]
     (RESULTS / "latest.md").write_text("\n".join(lines))
     plots(results)
     print((RESULTS / "latest.md").read_text())

@@ -31,7 +31,7 @@ class OfflineConfig:
     output_file_size_mb: float = 64.0  # an output file is closed once its rows reach about this size
     # also write the algorithm's postprocessed columns (advantages, value targets, ...) to output files
     output_postprocessed: bool = False
-    evaluation: list[str] = field(default_factory=list)  # off-policy estimators: is, wis, dm, dr (offline/ope.py)
+    evaluation: list[str] = field(default_factory=list)  # off-policy estimators: is, wis, dm, dr, wdr (offline/ope.py)
     evaluation_input: str | None = None  # their held-out episodes (rlrun Parquet); None: the input files
     evaluation_interval: int = 10  # estimate every N iterations
     evaluation_episodes: int = 200  # at most this many whole episodes of evaluation_input

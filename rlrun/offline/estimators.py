@@ -10,6 +10,9 @@ those into the mean and a normal 95% confidence interval. With p_t = prod_{k<=t}
   reward, such as CartPole's, into exactly the behaviour policy's value.
 - ``dm``  (direct method): V(s_0) = sum_a pi(a|s_0) Q(s_0, a) with a fitted Q (``fqe``)
 - ``dr``  (doubly robust, Jiang & Li 2016): backwards, V_DR(t) = V(s_t) + rho_t (r_t + gamma V_DR(t+1) - Q(s_t, a_t))
+- ``wdr`` (weighted doubly robust, Thomas & Brunskill 2016): sum_t gamma^t [w_t (r_t - Q(s_t, a_t)) + w_{t-1} V(s_t)]
+  with WIS's normalised weights w_t = p_t / mean(p_t) (w_{-1} = 1). The fitted Q is a control variate
+  for WIS: it keeps WIS's bounded weights where ``dr``'s raw ratio products blow up on long episodes.
 
 ``v_behavior`` is the discounted return the data itself got; ``v_gain`` = v_target / v_behavior (RLlib's
 definition: above 1, the target policy is estimated to do better than the one that recorded the data).
@@ -22,8 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-METHODS = ("is", "wis", "dm", "dr")
-NEEDS_Q = ("dm", "dr")
+METHODS = ("is", "wis", "dm", "dr", "wdr")
+NEEDS_Q = ("dm", "dr", "wdr")
 
 
 class Episode(NamedTuple):
@@ -63,7 +66,8 @@ def importance_sampling(episodes: Sequence[Episode], gamma: float) -> np.ndarray
     return np.asarray(out, dtype=np.float64)
 
 
-def weighted_importance_sampling(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
+def _normalised_ratios(episodes: Sequence[Episode]) -> list[np.ndarray]:
+    """p_t / mean over episodes of p_t, an episode that has ended keeping its last p (per episode)."""
     ratios = [_cumulative_ratio(ep) for ep in episodes]
     horizon = max(len(p) for p in ratios)
     total = np.zeros(horizon)
@@ -71,12 +75,12 @@ def weighted_importance_sampling(episodes: Sequence[Episode], gamma: float) -> n
         total[: len(p)] += p
         total[len(p):] += p[-1]  # ended: the ratio stays where it was
     w = total / len(ratios)
-    out = []
-    for ep, p in zip(episodes, ratios, strict=True):
-        t = np.arange(len(p))
-        out.append(np.sum(gamma ** t * np.divide(p, w[: len(p)], out=np.zeros_like(p), where=w[: len(p)] > 0)
-                          * ep.rewards))
-    return np.asarray(out, dtype=np.float64)
+    return [np.divide(p, w[: len(p)], out=np.zeros_like(p), where=w[: len(p)] > 0) for p in ratios]
+
+
+def weighted_importance_sampling(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
+    return np.asarray([np.sum(gamma ** np.arange(len(w)) * w * ep.rewards)
+                       for ep, w in zip(episodes, _normalised_ratios(episodes), strict=True)], dtype=np.float64)
 
 
 def direct_method(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
@@ -95,6 +99,15 @@ def doubly_robust(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def weighted_doubly_robust(episodes: Sequence[Episode], gamma: float) -> np.ndarray:
+    out = []
+    for ep, w in zip(episodes, _normalised_ratios(episodes), strict=True):
+        q, v = _need(ep.q_taken), _need(ep.v)
+        w_before = np.concatenate([[1.0], w[:-1]])
+        out.append(np.sum(gamma ** np.arange(len(w)) * (w * (ep.rewards - q) + w_before * v)))
+    return np.asarray(out, dtype=np.float64)
+
+
 def _need(a: np.ndarray | None) -> np.ndarray:
     if a is None:
         raise ValueError("this estimator needs Q and V values (a fitted Q function)")
@@ -102,7 +115,7 @@ def _need(a: np.ndarray | None) -> np.ndarray:
 
 
 ESTIMATORS = {"is": importance_sampling, "wis": weighted_importance_sampling, "dm": direct_method,
-              "dr": doubly_robust}
+              "dr": doubly_robust, "wdr": weighted_doubly_robust}
 
 
 def summarize(per_episode: np.ndarray, episodes: Sequence[Episode], gamma: float) -> Estimate:

@@ -1,4 +1,4 @@
-"""Off-policy evaluation during training: ``offline.evaluation: [is, wis, dm, dr]`` on held-out episodes.
+"""Off-policy evaluation during training: ``offline.evaluation: [is, wis, dm, dr, wdr]`` on held-out episodes.
 
 The episodes (``offline.evaluation_input``, else the run's ``input`` files) are loaded once: whole
 episodes only, at most ``offline.evaluation_episodes``. Every ``offline.evaluation_interval``
@@ -74,8 +74,8 @@ class OffPolicyEvaluator:
         o = cfg.offline
         self.methods = list(o.evaluation)
         if any(m in NEEDS_Q for m in self.methods) and not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(f"offline.evaluation: dm and dr fit Q(s, a) for discrete actions; this env's actions "
-                              f"are {action_space}; use is or wis")
+            raise ConfigError(f"offline.evaluation: dm, dr and wdr fit Q(s, a) for discrete actions; this env's "
+                              f"actions are {action_space}; use is or wis")
         self.episodes = load_episodes(evaluation_source(cfg), o.evaluation_episodes, action_space)
         self.data = _concat(self.episodes)
         self.gamma = cfg.algo.gamma
