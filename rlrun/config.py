@@ -26,6 +26,7 @@ from rlrun.config_schema import (
     RayConfig,
     RolloutConfig,
     RunConfig,
+    ServerConfig,
     TrackingConfig,
 )
 from rlrun.domains import check_domains, check_memory
@@ -39,6 +40,7 @@ from rlrun.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
+from rlrun.serving.config import check_server_config
 from rlrun.schema import to_dict as to_dict
 
 __all__ = [  # the schemas are imported from here by the rest of rlrun
@@ -56,6 +58,7 @@ __all__ = [  # the schemas are imported from here by the rest of rlrun
     "RayConfig",
     "RolloutConfig",
     "RunConfig",
+    "ServerConfig",
     "TrackingConfig",
     "build_config",
     "check_config",
@@ -141,7 +144,8 @@ def check_config(cfg: RunConfig) -> RunConfig:
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
-                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, check_offline_config):
+                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, check_offline_config,
+                  check_server_config):
         check(cfg)
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))

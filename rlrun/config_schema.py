@@ -70,6 +70,21 @@ class RayConfig:
 
 
 @dataclass
+class ServerConfig:
+    """rollout=server: external clients drive the episodes (rlrun/serving/, rlrun/client.py)."""
+
+    host: str = "127.0.0.1"  # anything else is reachable from other machines (a warning says so)
+    port: int = 9900  # 0: any free port (the address is printed)
+    # relative to the launch directory; created with a fresh token (mode 0600) when missing
+    token_file: str = "server.token"
+    max_clients: int = 64  # concurrent connections (more get 503)
+    max_episodes: int = 10_000  # episodes open at once
+    episode_timeout_s: float = 60.0  # an episode without a request this long is abandoned (its rows dropped)
+    max_request_bytes: int = 1_048_576  # larger bodies get 413
+    finish_grace_s: float = 2.0  # after the run: answer "run finished" (410) this long, then close
+
+
+@dataclass
 class RolloutConfig:
     num_workers: int = 0  # remote rollout workers (Ray actors); 0 = sample in-process, no Ray
     # sub-envs per worker, stepped as one vector env; "auto" = train_batch_size / (fragment x max(workers, 1))
@@ -85,6 +100,7 @@ class RolloutConfig:
     observation_filter: Literal["none", "mean_std"] = "none"
     observation_filter_clip: float = 10.0  # mean_std: normalised observations are clipped to +-this
     ray: RayConfig = field(default_factory=RayConfig)
+    server: ServerConfig | None = None  # set by rollout=server: sample from external clients
 
 
 @dataclass

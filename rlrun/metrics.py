@@ -4,7 +4,7 @@ Names are ``namespace/name``: ``rollout/`` (episodes, from the workers), ``time/
 iteration's seconds went, throughput), ``workers/`` (health of remote workers), ``train/`` (the
 learner; a loss adds its terms as ``train/loss/<term>`` and its stats as ``train/<stat>``),
 ``eval/`` (greedy evaluation), ``offline/`` (rows read from
-``input`` files). MLflow draws one chart section per prefix, sorted by name, so the
+``input`` files), ``server/`` (the policy server of ``rollout=server``). MLflow draws one chart section per prefix, sorted by name, so the
 return curves (``eval/``, ``rollout/``) come before the learner's charts.
 """
 
@@ -25,6 +25,9 @@ TIME_METRICS = (
     "time/sample_s", "time/learn_s", "time/sync_weights_s", "time/iteration_s",
 )
 WORKER_METRICS = ("workers/num_healthy", "workers/num_restarts", "workers/num_dropped_fragments")
+# rollout=server: episodes clients left (timed out), episodes open now, requests served / refused (4xx, 5xx)
+SERVER_METRICS = ("workers/num_abandoned_episodes", "server/open_episodes", "server/requests",
+                  "server/rejected_requests")
 POLICY_METRICS = ("train/loss/total", "train/grad_norm", "train/lr", "train/num_sgd_steps", "train/explained_variance")
 EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/episode_return_max",
                 "eval/episode_len_mean", "eval/num_episodes")
@@ -45,7 +48,7 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     learner = [*POLICY_METRICS, *(m for m in algo_metrics if m.startswith("train/"))]
     learner += [f"train/loss/{t}" for t in loss_terms]
     learner += [f"train/{s}" for s in loss_stats]
-    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *EVAL_METRICS, *OFFLINE_METRICS, *algo_metrics]
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *SERVER_METRICS, *EVAL_METRICS, *OFFLINE_METRICS, *algo_metrics]
     if not policies:
         return sorted({*names, *learner})
     names.append("rollout/agent_steps_this_iter")
@@ -68,7 +71,8 @@ def _common_name(name: str) -> str:
 
 # Metrics that stay exactly 0 unless a feature is on (PPO's KL penalty; worker restarts and dropped
 # fragments): not logged until they first differ from 0, so the MLflow page shows no flat-zero charts.
-ZERO_UNTIL_USED = ("train/loss/kl", "train/kl_coeff", "workers/num_restarts", "workers/num_dropped_fragments")
+ZERO_UNTIL_USED = ("train/loss/kl", "train/kl_coeff", "workers/num_restarts", "workers/num_dropped_fragments",
+                   "workers/num_abandoned_episodes")
 
 
 def without_unused(metrics: dict[str, float], used: set[str]) -> dict[str, float]:

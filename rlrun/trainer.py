@@ -189,9 +189,10 @@ class Trainer:
         return out
 
     def _worker_metrics(self) -> dict[str, float]:
-        """Worker health; only with remote workers (in-process sampling has none to report)."""
+        """Worker health; only with remote workers (in-process sampling has none to report), and what
+        the local worker reports itself (the policy server's requests and abandoned episodes)."""
         if not self.workers.num_workers:
-            return {}
+            return self.workers.local_worker.extra_metrics()
         w = self.workers
         return {"workers/num_healthy": w.num_healthy_workers, "workers/num_restarts": w.num_worker_restarts,
                 "workers/num_dropped_fragments": w.num_dropped_fragments}

@@ -37,7 +37,12 @@ def _raise_user_error(e: Any) -> None:
 
 
 def worker_class(cfg: RunConfig) -> Any:
-    """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set."""
+    """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set, or ServerWorker
+    (external clients drive the episodes) with ``rollout=server``."""
+    if cfg.rollout.server is not None:
+        from rlrun.serving.worker import ServerWorker
+
+        return ServerWorker
     if cfg.multiagent.policies:
         from rlrun.ma_worker import MultiAgentRolloutWorker
 

@@ -142,6 +142,10 @@ class WorkerBase:
     def get_pid(self) -> int:
         return os.getpid()
 
+    def extra_metrics(self) -> dict[str, float]:
+        """Metrics of this kind of worker beyond episodes (the policy server's requests)."""
+        return {}
+
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed since the last call (and forget them), custom metrics, filter deltas."""
         out, self._episodes = self._episodes, EpisodeStats([], [], {})

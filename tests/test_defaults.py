@@ -71,6 +71,14 @@ def test_section_files_match_their_schema(path, cls, exact):
         assert keys(data) == keys(expected), path
 
 
+def test_rollout_server_yaml_holds_the_server_schemas_defaults():
+    from rlrun.config import ServerConfig
+
+    data = load(CONF / "rollout" / "server.yaml")
+    assert data.pop("server") == dataclasses.asdict(ServerConfig())
+    assert keys(data) == keys({k: v for k, v in dataclasses.asdict(RolloutConfig()).items() if k != "server"})
+
+
 def test_config_yaml_top_level_equals_run_config_defaults():
     data = load(CONF / "config.yaml")
     data.pop("hydra")

@@ -1,0 +1,139 @@
+"""The policy server's HTTP surface: starlette on uvicorn, in a daemon thread of the trainer process.
+
+Why starlette/uvicorn rather than the standard library's threaded server: one event-loop thread
+serves every client over keep-alive connections (a thread per connection would compete with the
+learner for the GIL on 2 cores), uvicorn caps concurrent connections (``max_clients``) and parses
+HTTP with a maintained parser, and both are already installed with MLflow. The listening socket is
+bound here first, so a port in use is one clear error before training starts.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from rlrun.schema import ConfigError
+from rlrun.serving.episodes import EpisodeTable
+from rlrun.serving.protocol import PREFIX, SERVER_HEADER, RequestError, action_json, decode
+
+log = logging.getLogger("rlrun")
+
+
+class PolicyServer:
+    def __init__(self, host: str, port: int, token: str, table: EpisodeTable, spaces: tuple[Any, Any],
+                 info: dict[str, Any], max_clients: int, max_request_bytes: int) -> None:
+        self.table = table
+        self.spaces = spaces
+        self.info = info
+        self.max_request_bytes = max_request_bytes
+        self.server_id = uuid.uuid4().hex[:16]
+        self._expected = f"Bearer {token}".encode()
+        self.requests = 0
+        self.rejected = 0
+        self._sock = _bind(host, port)
+        self.address = f"http://{host}:{self._sock.getsockname()[1]}"
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._max_clients = max_clients
+
+    def start(self) -> None:
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        app = Starlette(routes=[Route(PREFIX + "{command}", self._handle, methods=["POST"])])
+        config = uvicorn.Config(app, log_config=None, log_level="error", access_log=False, lifespan="off",
+                                limit_concurrency=self._max_clients, timeout_keep_alive=60)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="rlrun-policy-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self._server.started:
+            raise RuntimeError(f"the policy server did not start on {self.address}")
+
+    def stop(self, grace_s: float) -> None:
+        """Answer 410 "run finished" for ``grace_s`` seconds, then close."""
+        self.table.finish()
+        if self._server is not None and self._thread is not None:
+            time.sleep(grace_s)
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._sock.close()
+
+    async def _handle(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        self.requests += 1
+        headers = {SERVER_HEADER: self.server_id}
+        try:
+            if not hmac.compare_digest(request.headers.get("authorization", "").encode(), self._expected):
+                raise RequestError(401, "missing or wrong token (Authorization: Bearer <token>)")
+            body = await self._body(request)
+            command = request.path_params["command"]
+            fields = decode(command, body, *self.spaces)
+            return JSONResponse(self._dispatch(command, fields), headers=headers)
+        except RequestError as e:
+            self.rejected += 1
+            return JSONResponse({"error": e.reason}, status_code=e.status, headers=headers)
+        except Exception as e:  # a bug here must not stop training: answer 500 and log it
+            self.rejected += 1
+            log.exception("policy server: request failed")
+            return JSONResponse({"error": f"internal error: {type(e).__name__}"}, status_code=500, headers=headers)
+
+    async def _body(self, request: Any) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_request_bytes):
+            raise RequestError(413, f"body of {declared[:20]} bytes; the limit is rollout.server.max_request_bytes="
+                                    f"{self.max_request_bytes}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_request_bytes:
+                raise RequestError(413, f"body over rollout.server.max_request_bytes={self.max_request_bytes}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _dispatch(self, command: str, f: dict[str, Any]) -> dict[str, Any]:
+        t = self.table
+        if command == "start_episode":
+            return {"episode_id": t.start(f.get("episode_id"), f.get("training_enabled", True))}
+        if command == "get_action":
+            return {"action": action_json(t.act(f["episode_id"], f["observation"], None, f.get("reward", 0.0)),
+                                          self.spaces[1])}
+        if command == "log_action":
+            t.act(f["episode_id"], f["observation"], f["action"], f.get("reward", 0.0))
+        elif command == "log_returns":
+            t.log_returns(f["episode_id"], f["reward"])
+        elif command == "end_episode":
+            t.end(f["episode_id"], f["observation"], f.get("truncated", False), f.get("reward", 0.0))
+        elif command == "info":
+            if t.finished:
+                raise RequestError(410, "the run has finished")
+            return self.info
+        return {}
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit it: uvicorn writes an answer's headers and body separately, and
+    # with Nagle's algorithm the body then waits for the client's delayed ACK (44 ms per request here)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"rollout.server: cannot listen on {host}:{port} ({e.strerror or e}); "
+                          "choose another rollout.server.port (0 picks a free one)") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

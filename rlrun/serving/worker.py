@@ -1,0 +1,173 @@
+"""ServerWorker: the rollout worker of ``rollout=server``. Its ``sample()`` returns rows of the
+episodes external clients drive through the policy server, postprocessed exactly as a vector-env
+worker's fragment (GAE, n-step, ...): each episode's segment is a one-column time-major fragment; a
+truncated episode gets the worker's dummy row whose V bootstraps it, a cut one bootstraps from V of
+the next observation.
+
+The server answers from its own copy of the policy (in the HTTP thread), refreshed with the
+learner's weights at every ``sample()``, the same schedule remote workers get weights on.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlrun.batch import SampleBatch, concat_samples
+from rlrun.callbacks import CallbackList
+from rlrun.envs import env_from_config
+from rlrun.errors import WorkerFailure
+from rlrun.policy import DEFAULT_POLICY_ID, PolicyMap
+from rlrun.schema import ConfigError
+from rlrun.serving.app import PolicyServer
+from rlrun.serving.episodes import EpisodeTable, Segment
+from rlrun.serving.protocol import PROTOCOL, space_json
+from rlrun.workers import VALID, EpisodeStats, WorkerBase, WorkerSpec, flatten_fragment
+
+SB = SampleBatch
+
+
+class ServerWorker(WorkerBase):
+    def __init__(self, spec: WorkerSpec, policy_factory: Callable[[gym.Space, gym.Space], PolicyMap]) -> None:
+        self.spec = spec
+        s = spec.rollout.server
+        assert s is not None
+        env = env_from_config(spec.env, 1)  # for its spaces only: the clients own the environments
+        self.obs_space, self.action_space = env.single_observation_space, env.single_action_space
+        env.close()
+        for what, space in (("observation", self.obs_space), ("action", self.action_space)):
+            if not isinstance(space, gym.spaces.Box | gym.spaces.Discrete):
+                raise ConfigError(f"rollout.server: env '{spec.env.id}' has a {type(space).__name__} {what} space; "
+                                  "the policy server takes Box and Discrete spaces")
+        self.policy_map = policy_factory(self.obs_space, self.action_space)
+        self.policy = self.policy_map[DEFAULT_POLICY_ID]
+        self._actor = policy_factory(self.obs_space, self.action_space)[DEFAULT_POLICY_ID]
+        self._actor_lock = threading.Lock()
+        self._sync_actor()
+        self.callbacks = CallbackList(spec.callbacks)
+        self._episodes = EpisodeStats([], [])
+        self.explore = True
+        self.env_steps_sampled = 0
+        self.fragment_length = int(spec.rollout.rollout_fragment_length) * int(spec.rollout.num_envs_per_worker)
+        token = load_or_create_token(Path(spec.launch_dir or os.getcwd()) / s.token_file)
+        self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes)
+        info = {"protocol": PROTOCOL, "observation_space": space_json(self.obs_space),
+                "action_space": space_json(self.action_space), "env_id": spec.env.id}
+        self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
+                                   s.max_clients, s.max_request_bytes)
+        if s.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"rlrun: warning: rollout.server.host={s.host}: the policy server is reachable from other "
+                  "machines; anyone holding the token can drive episodes", file=sys.stderr, flush=True)
+        self.server.start()
+        print(f"rlrun: policy server listening on {self.server.address} (token in "
+              f"{Path(spec.launch_dir or os.getcwd()) / s.token_file})", file=sys.stderr, flush=True)
+
+    def _sync_actor(self) -> None:
+        with self._actor_lock:
+            self._actor.set_weights(self.policy.get_weights())
+            self._actor.global_timestep = self.policy.global_timestep
+
+    def _act(self, obs: Any, action: Any) -> tuple[Any, float, float, np.ndarray]:
+        """(action, logp, V(s), dist inputs) for one observation; the client's action if it chose one."""
+        with self._actor_lock:
+            out = self._actor.compute_actions(np.asarray(obs)[None], self.explore, [])
+            if action is None:
+                return out.actions[0], float(out.logp[0]), float(out.values[0]), out.dist_inputs[0]
+            with torch.inference_mode():
+                dist = self._actor.dist_class(torch.as_tensor(out.dist_inputs))
+                logp = float(dist.logp(torch.as_tensor(np.asarray(action)[None])).item())
+            return action, logp, float(out.values[0]), out.dist_inputs[0]
+
+    def sample(self) -> SampleBatch:
+        """At least ``rollout_fragment_length`` complete rows from the clients' episodes."""
+        self._sync_actor()
+        timeout = self.spec.rollout.sample_timeout_s
+        try:
+            segments = self.table.take(self.fragment_length, timeout)
+        except TimeoutError as e:
+            raise WorkerFailure(f"rollout=server: {e} (rollout.sample_timeout_s); are clients connected to "
+                                f"{self.server.address}?") from None
+        batch = concat_samples([self._fragment(seg) for seg in segments])
+        returns, lengths = self.table.pop_episodes()
+        self._episodes.returns.extend(returns)
+        self._episodes.lengths.extend(lengths)
+        self.env_steps_sampled += len(batch)
+        if self.callbacks:
+            self.callbacks.call("on_sample_end", worker=self, samples=batch)
+        return batch
+
+    def _fragment(self, seg: Segment) -> SampleBatch:
+        """One episode's segment as a ``[T, 1]`` fragment, postprocessed and flattened."""
+        p = self.policy
+        t = len(seg.rows)
+        obs, actions, logp, values, dist, rewards = (np.asarray(c) for c in zip(*seg.rows, strict=True))
+        n = t + int(seg.truncated)  # + the dummy row whose V bootstraps a truncated episode
+        next_obs = np.asarray(seg.next_obs)[None]
+        bootstrap = np.zeros(1, np.float32) if seg.terminated else p.compute_values(next_obs, [])
+        frag = SampleBatch({
+            SB.OBS: _pad(obs, n, next_obs[0]), SB.ACTIONS: _pad(actions, n),
+            SB.REWARDS: _pad(rewards, n, 0, np.float32),
+            SB.TERMINATEDS: _pad(np.arange(t) == t - 1 if seg.terminated else np.zeros(t, bool), n),
+            SB.TRUNCATEDS: _pad(np.arange(t) == t - 1 if seg.truncated else np.zeros(t, bool), n),
+            SB.ACTION_LOGP: _pad(logp, n, 0, np.float32), SB.VF_PREDS: _pad(values, n, bootstrap[0], np.float32),
+            SB.ACTION_DIST_INPUTS: _pad(dist, n, 0, np.float32), SB.EPS_ID: np.full((n, 1), seg.eps_id, np.int64),
+            SB.T: (seg.t0 + np.arange(n, dtype=np.int64))[:, None], VALID: (np.arange(n) < t)[:, None],
+        })
+        if p.needs_next_obs or self.spec.record_next_obs:
+            frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], next_obs[None]], axis=0)
+        last = np.zeros(1, np.float32) if seg.terminated or seg.truncated else bootstrap.astype(np.float32)
+        return flatten_fragment(p.postprocess_trajectory(frag, last))
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {"workers/num_abandoned_episodes": float(self.table.num_abandoned),
+                "server/open_episodes": float(self.table.num_open), "server/requests": float(self.server.requests),
+                "server/rejected_requests": float(self.server.rejected)}
+
+    def stop(self) -> None:
+        s = self.spec.rollout.server
+        self.server.stop(s.finish_grace_s if s is not None else 0.0)
+
+    def __repr__(self) -> str:
+        return f"ServerWorker({self.server.address})"
+
+
+def _pad(a: np.ndarray, n: int, fill: Any = 0, dtype: Any = None) -> np.ndarray:
+    """``a`` ([T, ...]) as ``[n, 1, ...]``, rows past T set to ``fill``."""
+    a = np.asarray(a, dtype=dtype)
+    out = np.empty((n, 1, *a.shape[1:]), dtype=a.dtype)
+    out[: len(a), 0] = a
+    out[len(a):] = fill
+    return out
+
+
+def load_or_create_token(path: Path) -> str:
+    """The server's token: read from ``path`` (which must not be readable by others), or a fresh one
+    written there with mode 0600."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise ConfigError(f"rollout.server.token_file: {path} is readable or writable by others (mode "
+                              f"{mode:04o}); chmod 600 it") from None
+        token = path.read_text().strip()
+        if len(token) < 16 or not token.isprintable() or " " in token:
+            raise ConfigError(f"rollout.server.token_file: {path} must hold one token of at least 16 printable "
+                              "characters without spaces") from None
+        return token
+    except OSError as e:
+        raise ConfigError(f"rollout.server.token_file: cannot create {path} ({e.strerror or e})") from None
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

@@ -1,0 +1,263 @@
+"""External applications (rlrun/serving/, rlrun/client.py): the protocol's checks, the episode table,
+and real runs with ``rollout=server`` driven by client processes (experiments/external_env/driver.py)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlrun.serving.episodes import EpisodeTable
+from rlrun.serving.protocol import RequestError, decode
+
+from .conftest import REPO, run_cli
+
+DRIVER = REPO / "experiments" / "external_env" / "driver.py"
+OBS, ACT = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
+
+
+# ---------------------------------------------------------------------- the protocol and the table
+@pytest.mark.parametrize(("command", "body", "status", "words"), [
+    ("get_action", b"{not json", 400, "not JSON"),
+    ("get_action", b"[1, 2]", 400, "JSON object"),
+    ("get_action", b'{"episode_id": "e"}', 400, "'observation' is missing"),
+    ("get_action", b'{"episode_id": "e", "observation": [0, 0, 0]}', 400, "shape [4]"),
+    ("get_action", b'{"episode_id": "e", "observation": [0, 0, 0, "x"]}', 400, "list of numbers"),
+    ("get_action", b'{"episode_id": "e", "observation": [0, 0, 0, 1e999]}', 400, "finite"),
+    ("get_action", b'{"episode_id": "e/../x", "observation": [0, 0, 0, 0]}', 400, "episode_id"),
+    ("get_action", b'{"episode_id": 5, "observation": [0, 0, 0, 0]}', 400, "episode_id"),
+    ("get_action", b'{"episode_id": "e", "observation": [0, 0, 0, 0], "extra": 1}', 400, "unknown field 'extra'"),
+    ("log_action", b'{"episode_id": "e", "observation": [0, 0, 0, 0], "action": 2}', 400, "[0, 2)"),
+    ("log_action", b'{"episode_id": "e", "observation": [0, 0, 0, 0], "action": true}', 400, "integer"),
+    ("log_returns", b'{"episode_id": "e", "reward": NaN}', 400, "finite"),
+    ("log_returns", b'{"episode_id": "e", "reward": "1"}', 400, "finite number"),
+    ("log_returns", b'{"episode_id": "e", "reward": 1, "info": [1]}', 400, "info"),
+    ("end_episode", b'{"episode_id": "e", "observation": [0, 0, 0, 0], "truncated": 1}', 400, "true or false"),
+    ("start_episode", b'{"training_enabled": "yes"}', 400, "true or false"),
+    ("drop_tables", b"{}", 404, "unknown command"),
+])
+def test_the_protocol_refuses_malformed_requests_with_one_line(command, body, status, words):
+    with pytest.raises(RequestError) as e:
+        decode(command, body, OBS, ACT)
+    assert e.value.status == status and words in e.value.reason and "\n" not in e.value.reason
+
+
+def test_the_protocol_decodes_a_valid_request():
+    f = decode("get_action", b'{"episode_id": "a-1", "observation": [1, 2, 3, 4], "reward": 1.5}', OBS, ACT)
+    assert f["episode_id"] == "a-1" and f["reward"] == 1.5
+    assert f["observation"].dtype == np.float32 and f["observation"].tolist() == [1, 2, 3, 4]
+
+
+def table(timeout_s=60.0):
+    return EpisodeTable(lambda obs, a: (1 if a is None else a, -0.5, 2.0, np.zeros(2, np.float32)), timeout_s, 10)
+
+
+def test_the_table_hands_out_complete_rows_with_their_rewards_and_ends():
+    t = table()
+    a, b = t.start("a", True), t.start(None, True)
+    for i in range(3):
+        t.act(a, np.full(4, i, np.float32), reward=1.0 if i else 0.0)  # the reward of the previous action
+    t.log_returns(a, 1.0)
+    t.end(a, np.full(4, 9, np.float32), truncated=True)
+    t.act(b, np.zeros(4, np.float32))
+    t.act(b, np.ones(4, np.float32), action=0, reward=0.5)  # log_action
+    segs = {s.eps_id: s for s in t.take(4, timeout_s=1)}
+    sa, sb = segs[0], segs[1]
+    assert [r[5] for r in sa.rows] == [1.0, 1.0, 1.0] and sa.truncated and not sa.terminated
+    assert sa.next_obs.tolist() == [9] * 4
+    assert len(sb.rows) == 1 and sb.rows[0][5] == 0.5 and sb.next_obs.tolist() == [1] * 4  # the cut: b goes on
+    assert t.pop_episodes() == ([3.0], [3])
+    with pytest.raises(RequestError) as e:
+        t.act(a, np.zeros(4, np.float32))
+    assert e.value.status == 404  # a has ended
+    with pytest.raises(RequestError) as e:
+        t.start(b, True)
+    assert e.value.status == 409
+    with pytest.raises(TimeoutError):
+        t.take(5, timeout_s=0.1)  # b has one complete row, not 5
+
+
+def test_an_idle_episode_is_abandoned_and_its_rows_dropped():
+    t = table(timeout_s=0.05)
+    e = t.start("gone", True)
+    for _ in range(5):
+        t.act(e, np.zeros(4, np.float32))
+    time.sleep(0.1)
+    live = t.start("live", True)  # starting an episode reaps the idle one
+    assert t.num_abandoned == 1 and t.num_open == 1
+    for _ in range(3):
+        t.act(live, np.zeros(4, np.float32))
+    segs = t.take(2, timeout_s=1)
+    assert [len(s.rows) for s in segs] == [2]  # only the live episode's rows
+
+
+# ---------------------------------------------------------------------- real runs
+class ServerRun:
+    """``python -m rlrun ... rollout=server rollout.server.port=0`` in ``cwd``; the address is read
+    from the line the server prints."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.cwd = cwd
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server", "rollout.server.port=0"],
+                                     cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.stderr: list[str] = []
+        self.address = ""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.stderr.append(line)
+            if m := re.search(r"policy server listening on (http://\S+)", line):
+                self.address = m[1]
+                break
+        assert self.address, "".join(self.stderr)
+        self._drain = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
+        self._drain.start()
+        self.token = (cwd / "server.token").read_text().strip()
+
+    def driver(self, seed: int, *extra: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(DRIVER), "--address", self.address, "--token-file",
+                                 str(self.cwd / "server.token"), "--seed", str(seed), *extra], cwd=self.cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def wait(self, timeout: float = 600) -> str:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self._drain.join(timeout=10)
+        assert self.proc.returncode == 0, "".join(self.stderr)[-3000:]
+        return out
+
+    def metric(self, key: str) -> list[float]:
+        client = MlflowClient(tracking_uri=f"sqlite:///{self.cwd / 'mlflow.db'}")
+        (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def finished(driver: subprocess.Popen) -> dict:
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 0, err[-2000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_from_four_remote_clients_that_import_no_torch(tmp_path):
+    run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "tracking.log_model=false")
+    assert stat.S_IMODE((tmp_path / "server.token").stat().st_mode) == 0o600
+    drivers = [run.driver(seed) for seed in range(4)]
+    out = run.wait()
+    reports = [finished(d) for d in drivers]
+    assert all(r["run_finished"] for r in reports), reports  # a clean "run finished" answer
+    assert not any(r["torch_imported"] for r in reports), reports
+    returns = run.metric("rollout/episode_return_mean")
+    steps = run.metric("timesteps_total")
+    assert returns[-1] >= 475 and steps[-1] <= 150_000, (returns[-1], steps[-1], out[-1500:])
+
+
+def bad_requests(address: str, token: str) -> list[tuple[int, str]]:
+    """Malformed, unauthenticated, oversized and out-of-order requests; (status, error) of each."""
+    host, port = address.removeprefix("http://").split(":")
+    auth = {"Authorization": f"Bearer {token}"}
+    cases = [
+        ("POST", "/v1/get_action", b'{"episode_id": "nope", "observation": [0, 0, 0, 0]}', auth),  # unknown episode
+        ("POST", "/v1/get_action", b'{"episode_id": "x", "observation": [0, 0, 0, 0]}', {}),  # no token
+        ("POST", "/v1/get_action", b"{}", {"Authorization": "Bearer wrong"}),
+        ("POST", "/v1/get_action", b"x" * 2_000_000, auth),  # oversized
+        ("POST", "/v1/start_episode", b'{"episode_id": ' + b'"a' * 40 + b'"}', auth),
+        ("POST", "/v1/log_returns", b'{"episode_id": "nope", "reward": 1}', auth),
+        ("POST", "/v1/end_episode", b'{"episode_id": "nope", "observation": [0, 0, 0, 0]}', auth),
+        ("POST", "/v2/get_action", b"{}", auth),
+        ("GET", "/v1/get_action", b"", auth),
+        ("POST", "/v1/get_action", b'{"episode_id": "e", "observation": [[0, 0, 0, 0]]}', auth),
+        ("POST", "/v1/get_action", bytes(range(256)), auth),
+    ]
+    out = []
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    for method, path, body, headers in cases:
+        conn.request(method, path, body, headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        out.append((resp.status, data.decode(errors="replace")))
+        if resp.getheader("connection") == "close":
+            conn.close()
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    # out of order: an action before start, a reward before the first action, a double start
+    conn.request("POST", "/v1/start_episode", b'{"episode_id": "order"}', auth)
+    conn.getresponse().read()
+    for body in (b'{"episode_id": "order", "reward": 1}', ):
+        conn.request("POST", "/v1/log_returns", body, auth)
+        resp = conn.getresponse()
+        out.append((resp.status, resp.read().decode()))
+    conn.request("POST", "/v1/start_episode", b'{"episode_id": "order"}', auth)
+    resp = conn.getresponse()
+    out.append((resp.status, resp.read().decode()))
+    conn.close()
+    return out
+
+
+@pytest.mark.slow
+def test_bad_requests_get_a_4xx_each_while_training_goes_on(tmp_path):
+    run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "stop.timesteps_total=4096", "tracking.log_model=false")
+    driver = run.driver(0)
+    answers = bad_requests(run.address, run.token) * 1
+    for _ in range(20):  # while the run trains
+        answers += bad_requests(run.address, run.token)
+    run.wait()
+    assert finished(driver)["run_finished"]
+    assert all(400 <= s < 500 for s, _ in answers), [a for a in answers if not 400 <= a[0] < 500][:3]
+    statuses = {s for s, _ in answers}
+    assert {400, 401, 404, 409, 413} <= statuses, statuses
+    assert run.metric("timesteps_total")[-1] >= 4096
+    assert run.metric("server/rejected_requests")[-1] >= 0.9 * len(answers) - 50
+
+
+@pytest.mark.slow
+def test_a_client_killed_mid_episode_loses_only_that_episode(tmp_path):
+    run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "stop.timesteps_total=8192", "tracking.log_model=false",
+                    "rollout.server.episode_timeout_s=1")
+    victim = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from rlrun.client import PolicyClient
+c = PolicyClient({run.address!r}, token={run.token!r})
+e = c.start_episode()
+for _ in range(20):
+    c.get_action(e, [0.0, 0.0, 0.0, 0.0])
+print("mid-episode", flush=True)
+time.sleep(600)
+"""], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert victim.stdout.readline().strip() == "mid-episode"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    driver = run.driver(1)
+    run.wait()
+    report = finished(driver)
+    assert report["run_finished"]
+    assert run.metric("workers/num_abandoned_episodes")[-1] == 1
+    # every episode the surviving client finished was trained on and counted
+    assert run.metric("episodes_total")[-1] >= report["episodes"] - 1
+
+
+def test_server_settings_are_checked_before_training(tmp_path):
+    p = run_cli(["+experiment=ppo_cartpole", "rollout=server", "rollout.num_workers=2"], tmp_path)
+    assert p.returncode == 2 and "rollout.num_workers: must be 0 with rollout=server" in p.stderr, p.stderr
+    token = tmp_path / "open.token"
+    token.write_text("x" * 32)
+    token.chmod(0o644)
+    p = run_cli(["+experiment=ppo_cartpole", "rollout=server", "rollout.server.port=0",
+                 f"rollout.server.token_file={token}", "tracking=none"], tmp_path)
+    assert p.returncode == 2 and "readable or writable by others (mode 0644)" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
