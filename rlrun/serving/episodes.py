@@ -2,10 +2,12 @@
 
 The HTTP thread calls ``start``, ``act``, ``log_returns`` and ``end``; the trainer's thread calls
 ``take``. A row (one action) is complete once the observation after it is known: the next
-``get_action``/``log_action`` of its episode, or ``end_episode``. ``take`` hands out the complete
-rows of every episode as segments (an episode cut here bootstraps from V of the next observation,
-as a rollout worker's fragment does). An episode without a request for ``episode_timeout_s`` is
-abandoned: its rows not yet taken are dropped and counted.
+``get_action``/``log_action`` of its episode, or ``end_episode``. ``take(n)`` hands out exactly n
+complete rows as per-episode segments (an episode cut there bootstraps from V of the next
+observation, as a rollout worker's fragment does). Once ``max_backlog`` complete rows wait, new
+actions wait too (``backlogged``): clients run at the learner's pace, as in-process envs do. An
+episode without a request for ``episode_timeout_s`` is abandoned: its rows not yet taken are
+dropped and counted.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ class EpisodeTable:
     """Thread-safe. ``act(obs, action | None) -> (action, logp, value, dist_inputs)`` is the policy."""
 
     def __init__(self, act: Callable[[Any, Any], tuple[Any, float, float, np.ndarray]], episode_timeout_s: float,
-                 max_episodes: int) -> None:
+                 max_episodes: int, max_backlog: int = 1 << 62) -> None:
         self._act = act
         self.timeout = episode_timeout_s
         self.max_episodes = max_episodes
+        self.max_backlog = max_backlog  # complete rows waiting for the trainer before clients pause
+        self._turn = 0
         self._lock = threading.Condition()
         self._open: dict[str, _Episode] = {}
         self._numbers = itertools.count()
@@ -143,32 +147,44 @@ class EpisodeTable:
         self._lock.notify_all()
 
     # ------------------------------------------------------------------ the trainer's thread
-    def take(self, min_rows: int, timeout_s: float) -> list[Segment]:
-        """At least ``min_rows`` complete rows (waits for them), as one segment per episode."""
+    def take(self, rows: int, timeout_s: float) -> list[Segment]:
+        """Exactly ``rows`` complete rows (waits for them), as segments of one episode each; the
+        episodes are visited round robin, so none waits behind the others."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while self._ready_rows < min_rows:
+            while self._ready_rows < rows:
                 now = time.monotonic()
                 self._reap(now)
                 if now >= deadline:
-                    raise TimeoutError(f"{self._ready_rows} of {min_rows} rows from clients within {timeout_s:g} s")
+                    raise TimeoutError(f"{self._ready_rows} of {rows} rows from clients within {timeout_s:g} s")
                 self._lock.wait(min(1.0, deadline - now))
-            return self._take_all()
+            out: list[Segment] = []
+            eids = list(self._open)
+            self._turn = (self._turn + 1) % max(len(eids), 1)
+            for eid in eids[self._turn:] + eids[: self._turn]:
+                ep = self._open[eid]
+                k = min(len(ep.rows) if ep.ended else len(ep.rows) - 1, rows)
+                if not ep.training or k <= 0:
+                    continue
+                ends = ep.ended and k == len(ep.rows)
+                out.append(Segment(ep.number, ep.taken, ep.rows[:k], ep.final_obs if ends else ep.rows[k][0],
+                                   ends and not ep.truncated, ends and ep.truncated))
+                ep.taken += k
+                ep.rows = ep.rows[k:]  # an episode that goes on keeps its last, incomplete row
+                self._ready_rows -= k
+                rows -= k
+                if ends:
+                    del self._open[eid]
+                if rows == 0:
+                    break
+            self._lock.notify_all()  # clients held back by ``backlogged`` may go on
+            return out
 
-    def _take_all(self) -> list[Segment]:
-        out = []
-        for eid, ep in list(self._open.items()):
-            complete = len(ep.rows) if ep.ended else len(ep.rows) - 1
-            if ep.training and complete > 0:
-                nxt = ep.final_obs if ep.ended else ep.rows[complete][0]
-                out.append(Segment(ep.number, ep.taken, ep.rows[:complete], nxt, ep.ended and not ep.truncated,
-                                   ep.ended and ep.truncated))
-                ep.taken += complete
-                ep.rows = ep.rows[complete:]  # the last, incomplete row stays
-            if ep.ended:
-                del self._open[eid]
-        self._ready_rows = 0
-        return out
+    @property
+    def backlogged(self) -> bool:
+        """A full train batch waits already: clients pause until the trainer takes it, so experience
+        is never more than one batch behind the weights and memory stays bounded."""
+        return self._ready_rows >= self.max_backlog and not self.finished
 
     def _reap(self, now: float) -> None:
         for eid, ep in list(self._open.items()):

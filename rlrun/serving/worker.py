@@ -60,7 +60,7 @@ class ServerWorker(WorkerBase):
         self.env_steps_sampled = 0
         self.fragment_length = int(spec.rollout.rollout_fragment_length) * int(spec.rollout.num_envs_per_worker)
         token = load_or_create_token(Path(spec.launch_dir or os.getcwd()) / s.token_file)
-        self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes)
+        self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes, max_backlog=self.fragment_length)
         info = {"protocol": PROTOCOL, "observation_space": space_json(self.obs_space),
                 "action_space": space_json(self.action_space), "env_id": spec.env.id}
         self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
