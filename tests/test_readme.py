@@ -121,6 +121,8 @@ def run_bash_command(cmd: str, launch: Path) -> None:
         return
     if cmd.startswith("ray start --head"):
         return ray_cluster(cmd, launch)
+    if "rollout=server" in cmd and cmd.endswith("&"):
+        return start_server_run(cmd, launch)
     if cmd.startswith("rlrun-report "):
         sweep = sorted(launch.glob("multirun/*/*"))[0]
         cmd = cmd.replace("multirun/<date>/<time>", str(sweep.relative_to(launch)))
@@ -160,8 +162,32 @@ def ray_cluster(cmd: str, launch: Path) -> None:
     assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
 
 
+SERVER_RUNS: list[tuple[subprocess.Popen, int]] = []  # the External applications example: (run, port)
+
+
+def start_server_run(cmd: str, launch: Path) -> None:
+    """``rlrun ... rollout=server ... &``: started in the background on a free port, with the budget;
+    the client block that follows drives it and waits for it (``run_python``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = with_budget(cmd.removesuffix("&").strip()).replace("rollout.server.port=9900", f"rollout.server.port={port}")
+    proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=launch, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    SERVER_RUNS.append((proc, port))
+
+
 def run_python(block: Block, launch: Path) -> None:
     code = block.text
+    if "PolicyClient(" in code:
+        proc, port = SERVER_RUNS.pop()
+        deadline = time.monotonic() + 120
+        while not (launch / "server.token").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        sh(f"{shlex.quote(sys.executable)} -c {shlex.quote(code.replace(':9900', f':{port}'))}", launch)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "rlrun: stopped: timesteps_total" in out, (out[-2000:], err[-2000:])
+        return
     if "LOSSES.register" in code:  # "Put this in my_losses.py next to where you run rlrun"
         (launch / "my_losses.py").write_text(code)
         code = "import my_losses"
