@@ -239,7 +239,7 @@ def test_ppo_learns_from_four_remote_clients_while_10k_bad_requests_arrive(tmp_p
     bad = [a for a in answers if not 400 <= a[0] < 500 or "\n" in a[1]]
     assert len(answers) >= 10_000 and not bad, (len(answers), bad[:3])
     assert {400, 401, 404, 405, 409, 413} <= {s for s, _ in answers}
-    assert run.metric("server/rejected_requests")[-1] >= 0.9 * len(answers)
+    assert run.metric("server/rejected_requests")[-1] >= 10_000  # counted by the server (logged before the end)
     assert len(rss) >= 3 and max(rss[1:]) - rss[1] < 30, rss  # MiB, after the first 2,000 requests
 
 
