@@ -40,8 +40,8 @@ from rlrun.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
 from rlrun.schema import ConfigError as ConfigError  # re-exported: callers import it from here
 from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
-from rlrun.serving.config import check_server_config
 from rlrun.schema import to_dict as to_dict
+from rlrun.serving.config import check_server_config
 
 __all__ = [  # the schemas are imported from here by the rest of rlrun
     "DEFAULT_EXPERIMENT",

@@ -3,8 +3,8 @@
 Names are ``namespace/name``: ``rollout/`` (episodes, from the workers), ``time/`` (where an
 iteration's seconds went, throughput), ``workers/`` (health of remote workers), ``train/`` (the
 learner; a loss adds its terms as ``train/loss/<term>`` and its stats as ``train/<stat>``),
-``eval/`` (greedy evaluation), ``offline/`` (rows read from
-``input`` files), ``server/`` (the policy server of ``rollout=server``). MLflow draws one chart section per prefix, sorted by name, so the
+``eval/`` (greedy evaluation), ``offline/`` (rows read from ``input`` files), ``server/`` (the
+policy server of ``rollout=server``). MLflow draws one chart section per prefix, sorted by name, so the
 return curves (``eval/``, ``rollout/``) come before the learner's charts.
 """
 
@@ -48,7 +48,8 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     learner = [*POLICY_METRICS, *(m for m in algo_metrics if m.startswith("train/"))]
     learner += [f"train/loss/{t}" for t in loss_terms]
     learner += [f"train/{s}" for s in loss_stats]
-    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *SERVER_METRICS, *EVAL_METRICS, *OFFLINE_METRICS, *algo_metrics]
+    names = [*ROLLOUT_METRICS, *TIME_METRICS, *WORKER_METRICS, *SERVER_METRICS, *EVAL_METRICS, *OFFLINE_METRICS,
+             *algo_metrics]
     if not policies:
         return sorted({*names, *learner})
     names.append("rollout/agent_steps_this_iter")

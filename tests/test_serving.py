@@ -61,6 +61,48 @@ def test_the_protocol_decodes_a_valid_request():
     assert f["observation"].dtype == np.float32 and f["observation"].tolist() == [1, 2, 3, 4]
 
 
+def sample_body(n=3, **change):
+    """A valid ``samples`` body of n rows, with columns replaced by ``change``."""
+    import base64
+
+    cols = {"obs": np.zeros((n, 4), np.float32), "actions": np.ones(n, np.int64), "rewards": np.ones(n, np.float32),
+            "action_logp": np.full(n, -0.7, np.float32), "vf_preds": np.zeros(n, np.float32),
+            "action_dist_inputs": np.zeros((n, 2), np.float32)}
+    cols.update(change)
+    enc = {k: v if isinstance(v, str) else base64.b64encode(v.tobytes()).decode() for k, v in cols.items()}
+    return json.dumps({"episode_id": "e", "columns": enc, "next_observation": [0, 0, 0, 0], "end": None}).encode()
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"obs": np.zeros((3, 3), np.float32)}, "'obs' has 2 rows"),  # 9 values: 2 rows and a bit
+    ({"rewards": np.ones(2, np.float32)}, "'rewards' has 2 rows, others 3"),
+    ({"vf_preds": np.array([0, np.nan, 0], np.float32)}, "'vf_preds' holds a non-finite"),
+    ({"actions": np.array([0, 1, 2], np.int64)}, "outside [0, 2)"),
+    ({"action_logp": "not base64!"}, "'action_logp' must be base64"),
+])
+def test_uploaded_samples_are_checked_column_by_column(change, words):
+    if "obs" in change:
+        words = "'obs' must be base64"  # 36 bytes are not a whole number of 16-byte rows
+    with pytest.raises(RequestError) as e:
+        decode("samples", sample_body(**change), OBS, ACT, dist_size=2)
+    assert e.value.status == 400 and words in e.value.reason, e.value.reason
+
+
+def test_uploaded_samples_become_complete_rows():
+    f = decode("samples", sample_body(), OBS, ACT, dist_size=2)
+    t = table()
+    t.start("e", True)
+    t.add_rows("e", f["columns"], f["next_observation"], None)
+    (seg,) = t.take(3, timeout_s=1)  # every uploaded row is complete: the next observation came with them
+    assert len(seg.rows) == 3 and not seg.terminated and seg.next_obs.tolist() == [0, 0, 0, 0]
+    t.add_rows("e", f["columns"], np.ones(4, np.float32), "terminated")
+    (seg,) = t.take(3, timeout_s=1)
+    assert seg.terminated and seg.t0 == 3 and t.pop_episodes() == ([6.0], [6])
+    with pytest.raises(RequestError) as e:
+        decode("samples", sample_body().replace(b'"end": null', b'"end": "done"'), OBS, ACT, dist_size=2)
+    assert "end must be" in e.value.reason
+
+
 def table(timeout_s=60.0):
     return EpisodeTable(lambda obs, a: (1 if a is None else a, -0.5, 2.0, np.zeros(2, np.float32)), timeout_s, 10)
 
@@ -152,6 +194,18 @@ def finished(driver: subprocess.Popen) -> dict:
     out, err = driver.communicate(timeout=120)
     assert driver.returncode == 0, err[-2000:]
     return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_ppo_learns_from_four_clients_running_the_policy_themselves(tmp_path):
+    """Local inference: the clients pull the weights, act without a round trip, upload their rows."""
+    run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "tracking.log_model=false")
+    drivers = [run.driver(seed, "--inference", "local") for seed in range(4)]
+    out = run.wait()
+    reports = [finished(d) for d in drivers]
+    assert all(r["run_finished"] for r in reports), reports
+    returns, steps = run.metric("rollout/episode_return_mean"), run.metric("timesteps_total")
+    assert returns[-1] >= 475 and steps[-1] <= 150_000, (returns[-1], steps[-1], out[-1500:])
 
 
 def bad_requests(address: str, token: str) -> list[tuple[int, str]]:

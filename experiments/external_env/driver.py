@@ -4,6 +4,7 @@ says it has finished.
 
     python experiments/external_env/driver.py --address http://127.0.0.1:9900 --token-file server.token
     python experiments/external_env/driver.py ... --own-actions 0.3   # off-policy: choose 30% of actions itself
+    python experiments/external_env/driver.py ... --inference local   # run the policy in this process
 
 With ``--own-actions EPS`` the driver picks a uniformly random action with probability EPS and
 reports it with ``log_action``; the other steps ask the server with ``get_action``.
@@ -29,9 +30,10 @@ def main() -> None:
     ap.add_argument("--env", default="CartPole-v1")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--own-actions", type=float, default=0.0)
+    ap.add_argument("--inference", choices=["remote", "local"], default="remote")
     ap.add_argument("--max-seconds", type=float, default=3600)
     args = ap.parse_args()
-    client = PolicyClient(args.address, token_file=args.token_file)
+    client = PolicyClient(args.address, token_file=args.token_file, inference=args.inference)
     env = gym.make(args.env)
     rng = random.Random(args.seed)
     steps = episodes = 0

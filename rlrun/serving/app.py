@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from rlrun.schema import ConfigError
@@ -31,10 +32,13 @@ log = logging.getLogger("rlrun")
 
 class PolicyServer:
     def __init__(self, host: str, port: int, token: str, table: EpisodeTable, spaces: tuple[Any, Any],
-                 info: dict[str, Any], max_clients: int, max_request_bytes: int) -> None:
+                 info: dict[str, Any], max_clients: int, max_request_bytes: int,
+                 policy: Callable[[int | None], dict[str, Any]] | None = None, dist_size: int = 0) -> None:
         self.table = table
         self.spaces = spaces
         self.info = info
+        self.policy = policy  # version -> the ``policy`` answer (local inference)
+        self.dist_size = dist_size
         self.max_request_bytes = max_request_bytes
         self.server_id = uuid.uuid4().hex[:16]
         self._expected = f"Bearer {token}".encode()
@@ -103,8 +107,8 @@ class PolicyServer:
             raise RequestError(401, "missing or wrong token (Authorization: Bearer <token>)")
         body = await self._body(headers.get(b"content-length"), receive)
         command = path[len(PREFIX):]
-        fields = decode(command, body, *self.spaces)
-        if command in ("get_action", "log_action"):
+        fields = decode(command, body, *self.spaces, dist_size=self.dist_size)
+        if command in ("get_action", "log_action", "samples"):
             while self.table.backlogged:  # a train batch waits: let the trainer take it first
                 await asyncio.sleep(0.002)
         return self._dispatch(command, fields)
@@ -140,10 +144,18 @@ class PolicyServer:
             t.log_returns(f["episode_id"], f["reward"])
         elif command == "end_episode":
             t.end(f["episode_id"], f["observation"], f.get("truncated", False), f.get("reward", 0.0))
-        elif command == "info":
+        elif command == "samples":
+            t.add_rows(f["episode_id"], f["columns"], f["next_observation"], f["end"])
+            if self.policy is not None:  # the weights' version: the client pulls newer ones at once
+                return {"version": self.policy(-1)["version"]}
+        elif command in ("info", "policy"):
             if t.finished:
                 raise RequestError(410, "the run has finished")
-            return self.info
+            if command == "info":
+                return self.info
+            if self.policy is None:
+                raise RequestError(404, "policy: this server does not serve weights")
+            return self.policy(f.get("version"))
         return {}
 
 

@@ -38,6 +38,12 @@ class _Episode:
     truncated: bool = False
     final_obs: Any = None
     ret: float = 0.0
+    next_obs: Any = None  # local inference: the observation after the last uploaded row (all rows complete)
+
+    @property
+    def complete(self) -> int:
+        """Rows whose next observation is known."""
+        return len(self.rows) if self.ended or self.next_obs is not None else max(len(self.rows) - 1, 0)
 
 
 class Segment(NamedTuple):
@@ -90,6 +96,8 @@ class EpisodeTable:
         with self._lock:
             command = "get_action" if action is None else "log_action"
             ep = self._episode(eid, command)
+            if ep.next_obs is not None:
+                raise RequestError(409, f"{command}: episode '{eid}' is driven by uploaded samples")
             self._reward(ep, reward, command)
             chosen, logp, value, dist = self._act(obs, action)
             ep.length += 1
@@ -118,6 +126,30 @@ class EpisodeTable:
                 self._ready(1)
             else:
                 del self._open[eid]
+
+    def add_rows(self, eid: str, columns: dict[str, np.ndarray], next_obs: Any, end: str | None) -> None:
+        """samples (local inference): rows the client recorded itself, all complete."""
+        with self._lock:
+            ep = self._episode(eid, "samples")
+            if ep.rows and ep.next_obs is None:
+                raise RequestError(409, f"samples: episode '{eid}' already has rows from get_action/log_action")
+            c = columns
+            n = len(c["rewards"])
+            rows = list(zip(c["obs"], c["actions"], c["action_logp"].tolist(), c["vf_preds"].tolist(),
+                            c["action_dist_inputs"], c["rewards"].tolist(), strict=True))
+            ep.length += n
+            ep.ret += float(c["rewards"].sum())
+            ep.next_obs = next_obs
+            if ep.training:
+                ep.rows.extend(rows)
+                self._ready(n)
+            if end is not None:
+                ep.ended, ep.truncated, ep.final_obs = True, end == "truncated", next_obs
+                if ep.training:
+                    self.returns.append(ep.ret)
+                    self.lengths.append(ep.length)
+                else:
+                    del self._open[eid]
 
     def _reward(self, ep: _Episode, reward: float, command: str, always: bool = False) -> None:
         """Add ``reward`` to the episode's last action."""
@@ -163,12 +195,13 @@ class EpisodeTable:
             self._turn = (self._turn + 1) % max(len(eids), 1)
             for eid in eids[self._turn:] + eids[: self._turn]:
                 ep = self._open[eid]
-                k = min(len(ep.rows) if ep.ended else len(ep.rows) - 1, rows)
+                k = min(ep.complete, rows)
                 if not ep.training or k <= 0:
                     continue
                 ends = ep.ended and k == len(ep.rows)
-                out.append(Segment(ep.number, ep.taken, ep.rows[:k], ep.final_obs if ends else ep.rows[k][0],
-                                   ends and not ep.truncated, ends and ep.truncated))
+                nxt = ep.final_obs if ends else ep.rows[k][0] if k < len(ep.rows) else ep.next_obs
+                out.append(Segment(ep.number, ep.taken, ep.rows[:k], nxt, ends and not ep.truncated,
+                                   ends and ep.truncated))
                 ep.taken += k
                 ep.rows = ep.rows[k:]  # an episode that goes on keeps its last, incomplete row
                 self._ready_rows -= k
@@ -190,7 +223,7 @@ class EpisodeTable:
         for eid, ep in list(self._open.items()):
             if not ep.ended and now - ep.last_seen > self.timeout:
                 if ep.training:
-                    self._ready_rows -= max(len(ep.rows) - 1, 0)
+                    self._ready_rows -= ep.complete
                 del self._open[eid]
                 self.num_abandoned += 1
 

@@ -9,6 +9,17 @@ body; every answer is a JSON object. Commands and their fields (all others are r
     log_returns    {episode_id, reward: float, info?: object | null}      -> {}
     end_episode    {episode_id, observation, truncated?: bool, reward?}   -> {}
     info           {}                                                     -> {protocol, observation_space, ...}
+    policy         {version?: int}                                        -> {version, config?, weights?}
+    samples        {episode_id, columns, next_observation, end?}          -> {version}
+
+``policy`` and ``samples`` serve local inference (the client runs the policy itself): ``policy``
+returns the run's config and the weights (each ``{shape, dtype, data: base64 of the raw
+little-endian values}``), or only ``version`` when the client already has it. ``samples`` uploads
+finished rows of one episode: ``columns`` maps each of ``SAMPLE_COLUMNS`` to base64 raw values (obs
+in the observation space's dtype, actions int64 or float32, the rest float32), all with the same
+number of rows; ``next_observation`` is the observation after the last row; ``end`` is null (the
+episode goes on), ``"terminated"`` or ``"truncated"``. Its answer names the current weights'
+version, so a client pulls new weights as soon as the learner has them.
 
 ``reward`` on get_action, log_action and end_episode is the reward of the episode's previous action
 (what ``log_returns`` would have sent): ``PolicyClient`` sends it that way, one request per step
@@ -23,6 +34,7 @@ finished, 413 too large, 503 too many open episodes. Every answer carries the he
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -42,7 +54,11 @@ FIELDS: dict[str, dict[str, bool]] = {  # command -> {field: required}
     "log_returns": {"episode_id": True, "reward": True, "info": False},
     "end_episode": {"episode_id": True, "observation": True, "truncated": False, "reward": False},
     "info": {},
+    "policy": {"version": False},
+    "samples": {"episode_id": True, "columns": True, "next_observation": True, "end": False},
 }
+SAMPLE_COLUMNS = ("obs", "actions", "rewards", "action_logp", "vf_preds", "action_dist_inputs")
+MAX_SAMPLE_ROWS = 100_000
 
 
 class RequestError(Exception):
@@ -54,8 +70,10 @@ class RequestError(Exception):
         self.reason = reason
 
 
-def decode(command: str, body: bytes, obs_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
-    """The validated fields of one request body (observations and actions as numpy values)."""
+def decode(command: str, body: bytes, obs_space: gym.Space, action_space: gym.Space,
+           dist_size: int = 0) -> dict[str, Any]:
+    """The validated fields of one request body (observations and actions as numpy values;
+    ``dist_size``: the policy's action-distribution inputs per row, for ``samples``)."""
     if command not in FIELDS:
         raise RequestError(404, f"unknown command '{command[:40]}'; known: {', '.join(FIELDS)}")
     try:
@@ -94,7 +112,65 @@ def decode(command: str, body: bytes, obs_space: gym.Space, action_space: gym.Sp
         out["reward"] = float(r)
     if "info" in msg and msg["info"] is not None and not isinstance(msg["info"], dict):
         raise RequestError(400, f"{command}: info must be a JSON object or null, got {_show(msg['info'])}")
+    if "version" in msg:
+        v = msg["version"]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise RequestError(400, f"{command}: version must be an integer, got {_show(v)}")
+        out["version"] = v
+    if command == "samples":
+        out["next_observation"] = value_of(msg["next_observation"], obs_space, "samples: next_observation")
+        end = msg.get("end")
+        if end not in (None, "terminated", "truncated"):
+            raise RequestError(400, f"samples: end must be null, \"terminated\" or \"truncated\", got {_show(end)}")
+        out["end"] = end
+        out["columns"] = columns_of(msg["columns"], obs_space, action_space, dist_size)
     return out
+
+
+def column_specs(obs_space: gym.Space, action_space: gym.Space, dist_size: int) -> dict[str, tuple[Any, tuple]]:
+    """``samples`` columns: name -> (dtype, shape of one row)."""
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    return {"obs": (np.dtype(obs_space.dtype), tuple(obs_space.shape or ())),
+            "actions": (np.dtype(np.int64 if discrete else np.float32), tuple(action_space.shape or ())),
+            "rewards": (np.dtype(np.float32), ()), "action_logp": (np.dtype(np.float32), ()),
+            "vf_preds": (np.dtype(np.float32), ()), "action_dist_inputs": (np.dtype(np.float32), (dist_size,))}
+
+
+def columns_of(cols: Any, obs_space: gym.Space, action_space: gym.Space, dist_size: int) -> dict[str, np.ndarray]:
+    """Uploaded rows, checked: every column present, the same number of rows, finite, actions in the space."""
+    if not isinstance(cols, dict) or set(cols) != set(SAMPLE_COLUMNS):
+        got = sorted(cols) if isinstance(cols, dict) else _show(cols)
+        raise RequestError(400, f"samples: columns must be an object with exactly {', '.join(SAMPLE_COLUMNS)}; "
+                                f"got {got}")
+    out, rows = {}, None
+    for name, (dtype, shape) in column_specs(obs_space, action_space, dist_size).items():
+        data = cols[name]
+        try:
+            raw = base64.b64decode(data, validate=True) if isinstance(data, str) else None
+        except ValueError:
+            raw = None
+        size = dtype.itemsize * int(np.prod(shape))
+        if raw is None or len(raw) % size:
+            raise RequestError(400, f"samples: column '{name}' must be base64 of {dtype} values, {size} bytes a row")
+        a = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(-1, *shape)
+        if rows is None:
+            rows = len(a)
+        if len(a) != rows or not 0 < rows <= MAX_SAMPLE_ROWS:
+            raise RequestError(400, f"samples: column '{name}' has {len(a)} rows, others {rows} (1 to "
+                                    f"{MAX_SAMPLE_ROWS} rows a request)")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise RequestError(400, f"samples: column '{name}' holds a non-finite number")
+        out[name] = a
+    acts = out["actions"]
+    if isinstance(action_space, gym.spaces.Discrete) and not ((acts >= action_space.start).all()
+                                                              and (acts < action_space.start + action_space.n).all()):
+        raise RequestError(400, f"samples: an action is outside [{action_space.start}, "
+                                f"{action_space.start + action_space.n})")
+    return out
+
+
+def encode_array(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()).decode()
 
 
 def value_of(v: Any, space: gym.Space, what: str) -> Any:
@@ -121,7 +197,21 @@ def space_json(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     assert isinstance(space, gym.spaces.Box)
-    return {"type": "Box", "shape": list(space.shape), "dtype": str(space.dtype)}
+    def bounds(a: np.ndarray) -> list[Any]:  # JSON has no infinity: "inf" / "-inf"
+        return [float(x) if np.isfinite(x) else str(float(x)) for x in a.ravel()]
+
+    return {"type": "Box", "shape": list(space.shape), "dtype": str(space.dtype), "low": bounds(space.low),
+            "high": bounds(space.high)}
+
+
+def space_from_json(d: dict[str, Any]) -> gym.Space:
+    """The inverse of ``space_json`` (bounds: numbers, or "inf" / "-inf")."""
+    if d["type"] == "Discrete":
+        return gym.spaces.Discrete(d["n"], start=d.get("start", 0))
+    shape = tuple(d["shape"])
+    low = np.array([float(x) for x in d["low"]], dtype=d["dtype"]).reshape(shape)
+    high = np.array([float(x) for x in d["high"]], dtype=d["dtype"]).reshape(shape)
+    return gym.spaces.Box(low, high, shape, np.dtype(d["dtype"]))
 
 
 def action_json(action: Any, space: gym.Space) -> Any:

@@ -25,14 +25,15 @@ import torch
 
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.callbacks import CallbackList
+from rlrun.config import to_dict
 from rlrun.envs import env_from_config
 from rlrun.errors import WorkerFailure
 from rlrun.policy import DEFAULT_POLICY_ID, PolicyMap
 from rlrun.schema import ConfigError
 from rlrun.serving.app import PolicyServer
 from rlrun.serving.episodes import EpisodeTable, Segment
-from rlrun.serving.protocol import PROTOCOL, space_json
-from rlrun.workers import VALID, EpisodeStats, WorkerBase, WorkerSpec, flatten_fragment
+from rlrun.serving.protocol import PROTOCOL, encode_array, space_json
+from rlrun.workers import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, flatten_fragment
 
 SB = SampleBatch
 
@@ -63,8 +64,11 @@ class ServerWorker(WorkerBase):
         self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes, max_backlog=self.fragment_length)
         info = {"protocol": PROTOCOL, "observation_space": space_json(self.obs_space),
                 "action_space": space_json(self.action_space), "env_id": spec.env.id}
+        self._config = to_dict(policy_factory.cfg) if isinstance(policy_factory, PolicyFactory) else None
+        self._payload: dict[str, Any] = {}
         self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
-                                   s.max_clients, s.max_request_bytes)
+                                   s.max_clients, s.max_request_bytes, policy=self._policy_payload,
+                                   dist_size=self.policy.dist_class.required_inputs(self.action_space))
         if s.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"rlrun: warning: rollout.server.host={s.host}: the policy server is reachable from other "
                   "machines; anyone holding the token can drive episodes", file=sys.stderr, flush=True)
@@ -76,6 +80,19 @@ class ServerWorker(WorkerBase):
         with self._actor_lock:
             self._actor.set_weights(self.policy.get_weights())
             self._actor.global_timestep = self.policy.global_timestep
+            self._version = getattr(self, "_version", 0) + 1
+
+    def _policy_payload(self, version: int | None) -> dict[str, Any]:
+        """The ``policy`` answer: the run's config and the current weights (local inference)."""
+        with self._actor_lock:
+            if version in (self._version, -1):  # -1: only the version
+                return {"version": self._version}
+            if self._payload.get("version") != self._version:
+                weights = {k: {"shape": list(v.shape), "dtype": str(v.dtype), "data": encode_array(v)}
+                           for k, v in self._actor.get_weights().items()}
+                self._payload = {"version": self._version, "config": self._config, "weights": weights,
+                                 "global_timestep": self._actor.global_timestep}
+            return self._payload
 
     def _act(self, obs: Any, action: Any) -> tuple[Any, float, float, np.ndarray]:
         """(action, logp, V(s), dist inputs) for one observation; the client's action if it chose one."""
