@@ -1,0 +1,187 @@
+"""Issue 16's study: learning and throughput of runs whose episodes external clients drive.
+
+Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with client processes running
+``driver.py`` (gymnasium CartPole-v1 behind ``rlrun.client.PolicyClient``).
+
+- ``learn`` (per seed): ``+experiment=ppo_cartpole`` with 4 remote clients, the same with 4 local-
+  inference clients, and ``+experiment=dqn_cartpole`` with 4 remote clients that choose half of their
+  actions themselves (uniformly at random, ``log_action``); DQN stops on a greedy eval of 475 (10
+  episodes every 20 iterations). Env steps and seconds to the target, per run.
+- ``throughput``: 1, 4 and 16 clients x remote / local inference x learner (``ppo_cartpole``, or
+  ``algo=pg``: one gradient step per 512 rows, so the serving path is what is measured), 30k env
+  steps each: aggregate env steps/s the clients achieved.
+
+    python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput]
+
+Writes results/latest.md, results/<part>.csv, results/raw.json and results/latest.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+RESULTS = HERE / "results"
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def session(work: Path, args: list[str], clients: int, driver_args: list[str], seed: int,
+            timeout: float = 1800) -> dict[str, object]:
+    """One run with ``clients`` driver processes; its summary and the clients' reports."""
+    work.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    t0 = time.perf_counter()
+    run = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server", f"rollout.server.port={port}",
+                            "tracking=none", f"seed={seed}", f"output_dir={work / 'run'}"], cwd=work, env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (work / "server.token").exists() and run.poll() is None:
+        time.sleep(0.1)
+    drivers = [subprocess.Popen([sys.executable, str(HERE / "driver.py"), "--address", f"http://127.0.0.1:{port}",
+                                 "--token-file", str(work / "server.token"), "--seed", str(100 * seed + i),
+                                 *driver_args], cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for i in range(clients)]
+    out, err = run.communicate(timeout=timeout)
+    wall = time.perf_counter() - t0
+    reports = []
+    for d in drivers:
+        o, e = d.communicate(timeout=120)
+        reports.append(json.loads(o.strip().splitlines()[-1]) if o.strip() else {"error": e[-300:]})
+    if run.returncode != 0:
+        raise RuntimeError(f"rlrun failed ({run.returncode}): {err[-2000:]}")
+    steps = re.search(r"env steps\s+([\d,]+) in ([\d.]+) s", out)
+    final = re.search(r"return\s+final ([\d.]+)", out)
+    evals = [float(m) for m in re.findall(r"eval at [\d,]+ steps: return ([\d.]+)", out)]
+    return {"stopped": re.search(r"rlrun: stopped: (.*)", out)[1], "env_steps": int(steps[1].replace(",", "")),
+            "train_s": float(steps[2]), "wall_s": round(wall, 1), "final_return": float(final[1]) if final else None,
+            "last_eval": evals[-1] if evals else None,
+            "clients_finished": sum(bool(r.get("run_finished")) for r in reports),
+            "client_steps_per_s": round(sum(float(r.get("steps_per_s", 0)) for r in reports), 1)}
+
+
+LEARN = {  # name -> (rlrun args, driver args)
+    "ppo_remote": (["+experiment=ppo_cartpole"], []),
+    "ppo_local": (["+experiment=ppo_cartpole"], ["--inference", "local"]),
+    "dqn_log_action": (["+experiment=dqn_cartpole", "stop.timesteps_total=150000", "evaluation.interval=20",
+                        "evaluation.num_episodes=10",
+                        "++stop={rollout/episode_return_mean: null, eval/episode_return_mean: 475}"],
+                       ["--own-actions", "0.5"]),
+}
+
+
+def part_learn(root: Path, seeds: list[int]) -> list[dict[str, object]]:
+    rows = []
+    for seed in seeds:
+        for name, (args, dargs) in LEARN.items():
+            r = session(root / f"learn-{name}-{seed}", args, 4, dargs, seed)
+            rows.append({"seed": seed, "run": name, **r})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def part_throughput(root: Path) -> list[dict[str, object]]:
+    rows = []
+    for learner, args in (("ppo", ["+experiment=ppo_cartpole"]), ("pg", ["+experiment=ppo_cartpole", "algo=pg",
+                                                                        "loss=pg"])):
+        for mode in ("remote", "local"):
+            for clients in (1, 4, 16):
+                r = session(root / f"tp-{learner}-{mode}-{clients}", [*args, "stop.timesteps_total=30000",
+                                                                       "++stop={rollout/episode_return_mean: null}"],
+                            clients, ["--inference", mode], 0)
+                rows.append({"learner": learner, "inference": mode, "clients": clients, **r})
+                print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def write_csv(rows: list[dict[str, object]], path: Path) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def report(results: dict[str, list[dict[str, object]]]) -> None:
+    lines = ["# External applications study: latest results", ""]
+    for name, rows in results.items():
+        write_csv(rows, RESULTS / f"{name}.csv")
+        lines += [f"## {name}", "", table(rows), ""]
+    for name in LEARN:
+        rs = [r for r in results.get("learn", []) if r["run"] == name]
+        if rs:
+            lines.append(f"- {name}: median {statistics.median(float(r['env_steps']) for r in rs):.0f} env steps, "
+                         f"{statistics.median(float(r['wall_s']) for r in rs):.1f} s whole process")
+    (RESULTS / "latest.md").write_text("\n".join(lines) + "\n")
+    plots(results)
+    print((RESULTS / "latest.md").read_text())
+
+
+def plots(results: dict[str, list[dict[str, object]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for learner, style in (("ppo", "-"), ("pg", "--")):
+        for mode, color in (("remote", "tab:blue"), ("local", "tab:orange")):
+            rs = [r for r in results.get("throughput", []) if r["learner"] == learner and r["inference"] == mode]
+            if rs:
+                ax.plot([r["clients"] for r in rs], [r["client_steps_per_s"] for r in rs], style, color=color,
+                        marker="o", label=f"{mode} inference, learner {learner}")
+    ax.set(xscale="log", yscale="log", xlabel="clients (processes)", ylabel="aggregate env steps/s",
+           title="rollout=server throughput, CartPole-v1, 2 cores")
+    ax.set_xticks([1, 4, 16], ["1", "4", "16"])
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "latest.png", dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--parts", nargs="+", default=["learn", "throughput"])
+    args = ap.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="rlrun-external-"))
+    results: dict[str, list[dict[str, object]]] = {}
+    try:
+        if "learn" in args.parts:
+            results["learn"] = part_learn(root, args.seeds)
+        if "throughput" in args.parts:
+            results["throughput"] = part_throughput(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    raw = RESULTS / "raw.json"
+    merged = {**(json.loads(raw.read_text()) if raw.exists() else {}), **results}
+    raw.write_text(json.dumps(merged, indent=1))
+    report(merged)
+
+
+if __name__ == "__main__":
+    main()
