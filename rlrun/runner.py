@@ -293,7 +293,7 @@ def _finish(ctx: _RunContext) -> None:
             _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
     finally:
         if trainer is not None:
-            trainer.stop()
+            trainer.stop(finished=ctx.status == "FINISHED")
         if ctx.sweep is not None and ctx.sweep.log_file is not None:
             ctx.tracker.log_artifact(ctx.sweep.log_file)
         ctx.tracker.end(ctx.status)

@@ -262,8 +262,12 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
         self.workers.sync_weights(self.timesteps_total)
 
-    def stop(self) -> None:
-        """Close the envs and workers; the ``output`` writers write what they hold (running episodes too)."""
+    def stop(self, finished: bool = True) -> None:
+        """Close the envs and workers; the ``output`` writers write what they hold (running episodes too).
+        ``finished=False``: the run was interrupted or failed (a policy server tells its clients to retry,
+        not that the run is over)."""
+        if not finished:
+            self.workers.local_worker.mark_interrupted()
         for writer in self.writers.values():
             writer.close()
         if self._eval_env is not None:

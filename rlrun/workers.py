@@ -142,6 +142,9 @@ class WorkerBase:
     def get_pid(self) -> int:
         return os.getpid()
 
+    def mark_interrupted(self) -> None:
+        """The run stops without finishing (signal, failure); called before ``stop()``."""
+
     def extra_metrics(self) -> dict[str, float]:
         """Metrics of this kind of worker beyond episodes (the policy server's requests)."""
         return {}

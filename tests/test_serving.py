@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -151,10 +152,11 @@ class ServerRun:
     """``python -m rlrun ... rollout=server rollout.server.port=0`` in ``cwd``; the address is read
     from the line the server prints."""
 
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, port: int = 0) -> None:
         self.cwd = cwd
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server", "rollout.server.port=0"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server",
+                                      f"rollout.server.port={port}"],
                                      cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.stderr: list[str] = []
         self.address = ""
@@ -178,10 +180,10 @@ class ServerRun:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
 
-    def wait(self, timeout: float = 600) -> str:
+    def wait(self, timeout: float = 600, code: int = 0) -> str:
         out, _ = self.proc.communicate(timeout=timeout)
         self._drain.join(timeout=10)
-        assert self.proc.returncode == 0, "".join(self.stderr)[-3000:]
+        assert self.proc.returncode == code, "".join(self.stderr)[-3000:]
         return out
 
     def metric(self, key: str) -> list[float]:
@@ -321,6 +323,31 @@ time.sleep(600)
     assert run.metric("workers/num_abandoned_episodes")[-1] == 1
     # every episode the surviving client finished was trained on and counted
     assert run.metric("episodes_total")[-1] >= report["episodes"] - 1
+
+
+@pytest.mark.slow
+def test_a_resumed_run_tells_its_clients_to_start_new_episodes(tmp_path):
+    """SIGTERM mid-run: clients get "retry" (503) instead of "finished", keep retrying while the run is
+    down, and the resumed run's server (a new id) tells them their episode is gone; they start new
+    ones and the resumed run trains to its budget."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = ["+experiment=ppo_cartpole", "tracking.log_model=false", "stop.timesteps_total=8192",
+            "checkpoint.every_n_iters=1", "++stop={rollout/episode_return_mean: null}"]
+    first = ServerRun(tmp_path, *args, port=port)
+    driver = first.driver(0)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("outputs/*/*/checkpoints/iter_000003")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.proc.send_signal(signal.SIGTERM)
+    first.proc.communicate(timeout=120)
+    assert driver.poll() is None  # not told the run had finished
+    second = ServerRun(tmp_path, *args, "resume=latest", port=port)
+    second.wait()
+    report = finished(driver)
+    assert report["run_finished"] and report["restarts"] == 1, report
+    assert second.metric("timesteps_total")[-1] >= 8192
 
 
 def test_server_settings_are_checked_before_training(tmp_path):

@@ -20,7 +20,7 @@ import time
 
 import gymnasium as gym
 
-from rlrun.client import PolicyClient, RunFinished
+from rlrun.client import PolicyClient, RunFinished, ServerRestarted
 
 
 def main() -> None:
@@ -36,34 +36,41 @@ def main() -> None:
     client = PolicyClient(args.address, token_file=args.token_file, inference=args.inference)
     env = gym.make(args.env)
     rng = random.Random(args.seed)
-    steps = episodes = 0
+    count = {"steps": 0, "episodes": 0, "restarts": 0}
     t0 = time.perf_counter()
-    obs, _ = env.reset(seed=args.seed)
+    env.reset(seed=args.seed)
     try:
         while time.perf_counter() - t0 < args.max_seconds:
-            eid = client.start_episode()
-            while True:
-                if args.own_actions and rng.random() < args.own_actions:
-                    action = env.action_space.sample()
-                    client.log_action(eid, obs, action)
-                else:
-                    action = client.get_action(eid, obs)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                client.log_returns(eid, reward)
-                steps += 1
-                if terminated or truncated:
-                    client.end_episode(eid, obs, truncated=truncated)
-                    episodes += 1
-                    obs, _ = env.reset()
-                    break
+            try:
+                play(client, env, args.own_actions, rng, count)
+            except ServerRestarted:  # a resumed run: the episode in play is gone, start another
+                count["restarts"] += 1
         finished = False
     except RunFinished:
         finished = True
     secs = time.perf_counter() - t0
-    print(json.dumps({"steps": steps, "episodes": episodes, "seconds": round(secs, 2),
-                      "steps_per_s": round(steps / max(secs, 1e-9), 1), "run_finished": finished,
-                      "torch_imported": "torch" in sys.modules}))
+    print(json.dumps({**count, "seconds": round(secs, 2), "steps_per_s": round(count["steps"] / max(secs, 1e-9), 1),
+                      "run_finished": finished, "torch_imported": "torch" in sys.modules}))
     sys.exit(0 if finished else 1)
+
+
+def play(client: PolicyClient, env: gym.Env, own_actions: float, rng: random.Random, count: dict[str, int]) -> None:
+    """One episode, driven through the client."""
+    obs, _ = env.reset()
+    eid = client.start_episode()
+    while True:
+        if own_actions and rng.random() < own_actions:
+            action = env.action_space.sample()
+            client.log_action(eid, obs, action)
+        else:
+            action = client.get_action(eid, obs)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        client.log_returns(eid, reward)
+        count["steps"] += 1
+        if terminated or truncated:
+            client.end_episode(eid, obs, truncated=truncated)
+            count["episodes"] += 1
+            return
 
 
 if __name__ == "__main__":

@@ -149,8 +149,7 @@ class PolicyServer:
             if self.policy is not None:  # the weights' version: the client pulls newer ones at once
                 return {"version": self.policy(-1)["version"]}
         elif command in ("info", "policy"):
-            if t.finished:
-                raise RequestError(410, "the run has finished")
+            t.check_running()
             if command == "info":
                 return self.info
             if self.policy is None:

@@ -72,6 +72,7 @@ class EpisodeTable:
         self._numbers = itertools.count()
         self._ready_rows = 0  # complete rows of training episodes not yet taken
         self.finished = False
+        self.interrupted = False  # the run stopped without finishing: clients should retry (it may resume)
         self.num_abandoned = 0
         self.returns: list[float] = []
         self.lengths: list[int] = []
@@ -79,7 +80,7 @@ class EpisodeTable:
     # ------------------------------------------------------------------ the HTTP thread
     def start(self, episode_id: str | None, training: bool) -> str:
         with self._lock:
-            self._check_running()
+            self.check_running()
             self._reap(time.monotonic())
             eid = episode_id or uuid.uuid4().hex
             if eid in self._open:
@@ -162,7 +163,7 @@ class EpisodeTable:
         ep.ret += reward
 
     def _episode(self, eid: str, command: str) -> _Episode:
-        self._check_running()
+        self.check_running()
         ep = self._open.get(eid)
         if ep is None or ep.ended:
             raise RequestError(404, f"{command}: unknown or ended episode '{eid}' (start_episode first; "
@@ -170,7 +171,9 @@ class EpisodeTable:
         ep.last_seen = time.monotonic()
         return ep
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
+        if self.interrupted:
+            raise RequestError(503, "the run was interrupted and may be resumed: retry later")
         if self.finished:
             raise RequestError(410, "the run has finished")
 
@@ -217,7 +220,7 @@ class EpisodeTable:
     def backlogged(self) -> bool:
         """A full train batch waits already: clients pause until the trainer takes it, so experience
         is never more than one batch behind the weights and memory stays bounded."""
-        return self._ready_rows >= self.max_backlog and not self.finished
+        return self._ready_rows >= self.max_backlog and not (self.finished or self.interrupted)
 
     def _reap(self, now: float) -> None:
         for eid, ep in list(self._open.items()):

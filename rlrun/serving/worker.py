@@ -150,6 +150,9 @@ class ServerWorker(WorkerBase):
                 "server/open_episodes": float(self.table.num_open), "server/requests": float(self.server.requests),
                 "server/rejected_requests": float(self.server.rejected)}
 
+    def mark_interrupted(self) -> None:
+        self.table.interrupted = True  # clients get 503 "retry" (the run may resume), not 410 "finished"
+
     def stop(self) -> None:
         s = self.spec.rollout.server
         self.server.stop(s.finish_grace_s if s is not None else 0.0)
