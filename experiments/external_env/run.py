@@ -99,8 +99,8 @@ def part_learn(root: Path, seeds: list[int]) -> list[dict[str, object]]:
 
 def part_throughput(root: Path) -> list[dict[str, object]]:
     rows = []
-    for learner, args in (("ppo", ["+experiment=ppo_cartpole"]), ("pg", ["+experiment=ppo_cartpole", "algo=pg",
-                                                                        "loss=pg"])):
+    pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=512", "algo.lr=1e-3"]
+    for learner, args in (("ppo", ["+experiment=ppo_cartpole"]), ("pg", pg)):
         for mode in ("remote", "local"):
             for clients in (1, 4, 16):
                 r = session(root / f"tp-{learner}-{mode}-{clients}", [*args, "stop.timesteps_total=30000",
