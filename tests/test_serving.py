@@ -360,3 +360,27 @@ def test_server_settings_are_checked_before_training(tmp_path):
                  f"rollout.server.token_file={token}", "tracking=none"], tmp_path)
     assert p.returncode == 2 and "readable or writable by others (mode 0644)" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_the_local_clients_numpy_policy_matches_torch(share):
+    """Local inference's numpy path gives the torch policy's log-probabilities, values and logits,
+    and samples actions with the policy's probabilities."""
+    from rlrun.cli import compose
+    from rlrun.plugins import load_builtins
+    from rlrun.serving.local import NumpyMLP
+    from rlrun.workers import make_policy_factory
+
+    load_builtins()
+    cfg = compose(["+experiment=ppo_cartpole", f"model.vf_share_layers={str(share).lower()}"])
+    policy = make_policy_factory(cfg)(OBS, ACT)["default_policy"]
+    assert NumpyMLP.supports(policy)
+    fast = NumpyMLP(policy.model, seed=0)
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    out = policy.compute_actions(obs, True, [])
+    for i in range(5):
+        _, logp, value, logits = fast(obs[i], int(out.actions[i]))
+        assert logp == pytest.approx(out.logp[i], abs=1e-5) and value == pytest.approx(out.values[i], abs=1e-5)
+        assert np.allclose(logits, out.dist_inputs[i], atol=1e-5)
+    p1 = np.exp(fast(obs[0], 1)[1])
+    assert np.mean([fast(obs[0], None)[0] for _ in range(20_000)]) == pytest.approx(p1, abs=0.015)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,54 @@ from rlrun.policy import DEFAULT_POLICY_ID
 from rlrun.serving.protocol import space_from_json
 from rlrun.workers import make_policy_factory
 
+_NUMPY_ACT: dict[Any, Callable[[np.ndarray], np.ndarray]] = {torch.tanh: np.tanh,
+                                                          torch.relu: lambda x: np.maximum(x, 0.0)}
+
+
+class NumpyMLP:
+    """The built-in ``mlp`` model with a categorical action distribution, in numpy: one step of one
+    observation costs 31-38 us instead of torch's 125-139 us (measured here), and py-spy showed
+    torch's ``compute_actions`` taking 72% of a local client's time. Samples with its own generator."""
+
+    def __init__(self, model: Any, seed: int) -> None:
+        def arrays(layers: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+            return [(la.weight.detach().numpy().astype(np.float64), la.bias.detach().numpy().astype(np.float64))
+                    for la in layers]
+
+        self.act = _NUMPY_ACT[model._act]
+        self.pi = arrays(model._pi_layers)
+        self.vf = None if model._vf_layers is None else arrays(model._vf_layers)
+        self.pi_head, self.vf_head = arrays([model.pi_head])[0], arrays([model.vf_head])[0]
+        self.rng = np.random.default_rng(seed)
+
+    @staticmethod
+    def supports(policy: Any) -> bool:
+        from rlrun.distributions import Categorical
+        from rlrun.models import MLPModel
+
+        model = policy.model
+        return (isinstance(model, MLPModel) and policy.dist_class is Categorical and model._act in _NUMPY_ACT
+                and policy.hooks.compute_actions is None and not policy.obs_filter.active)
+
+    def __call__(self, obs: Any, action: Any) -> tuple[Any, float, float, np.ndarray]:
+        x = np.asarray(obs, dtype=np.float64).ravel()
+        h = x
+        for w, b in self.pi:
+            h = self.act(w @ h + b)
+        logits = self.pi_head[0] @ h + self.pi_head[1]
+        hv = h
+        if self.vf is not None:
+            hv = x
+            for w, b in self.vf:
+                hv = self.act(w @ hv + b)
+        value = float((self.vf_head[0] @ hv + self.vf_head[1])[0])
+        z = logits - logits.max()
+        logp = z - np.log(np.exp(z).sum())
+        if action is None:
+            action = int(np.searchsorted(np.cumsum(np.exp(logp)), self.rng.random() * np.exp(logp).sum()))
+            action = min(action, len(logp) - 1)
+        return action, float(logp[action]), value, logits.astype(np.float32)
+
 
 class LocalPolicy:
     def __init__(self, info: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -27,6 +76,7 @@ class LocalPolicy:
         cfg = build_config(payload["config"])
         self.policy = make_policy_factory(cfg, os.getcwd())(self.obs_space, self.action_space)[DEFAULT_POLICY_ID]
         self.version = -1
+        self._fast: NumpyMLP | None = None
         self.update(payload)
 
     def update(self, payload: dict[str, Any]) -> None:
@@ -35,9 +85,13 @@ class LocalPolicy:
         self.policy.set_weights({k: _array(w) for k, w in payload["weights"].items()})
         self.policy.global_timestep = int(payload.get("global_timestep", 0))
         self.version = int(payload["version"])
+        if NumpyMLP.supports(self.policy):
+            self._fast = NumpyMLP(self.policy.model, self.version + 7919 * os.getpid())
 
     def act(self, obs: Any, action: Any = None) -> tuple[Any, float, float, np.ndarray]:
         """(action, logp, V(s), dist inputs); the given action's logp when the client chose it."""
+        if self._fast is not None:
+            return self._fast(obs, action)
         out = self.policy.compute_actions(np.asarray(obs, dtype=self.obs_space.dtype)[None], True, [])
         if action is None:
             return out.actions[0], float(out.logp[0]), float(out.values[0]), out.dist_inputs[0]
