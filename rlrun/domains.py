@@ -97,13 +97,16 @@ DOMAINS: dict[str, Rule] = {
     "num_workers": non_negative, "num_envs_per_worker": at_least(1), "rollout_fragment_length": at_least(1),
     "num_cpus_per_worker": positive, "max_worker_restarts": non_negative, "sample_timeout_s": positive,
     "num_cpus": at_least(1), "start_timeout_s": positive,
+    # rollout=server
+    "port": between(0, 65535), "max_clients": at_least(1), "max_episodes": at_least(1),
+    "episode_timeout_s": positive, "max_request_bytes": at_least(1024), "finish_grace_s": non_negative,
     # run
     "seed": between(0, MAX_SEED), "torch_threads": at_least(1),
     "every_n_iters": non_negative, "keep_last": at_least(1), "interval": non_negative, "num_episodes": at_least(1),
     "num_envs": at_least(1),
 }
 NON_EMPTY = ("output_dir", "tracking_uri", "experiment_name", "run_name", "artifact_location", "address", "id",
-             "resume")
+             "resume", "host", "token_file")
 
 
 def check_domains(node: Any, path: str = "") -> None:
