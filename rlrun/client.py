@@ -27,7 +27,6 @@ raise ``ServerRestarted``: start new episodes.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import socket
@@ -39,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL = 1
-SERVER_HEADER = "x-rlrun-server"
+from rlrun.serving.wire import PROTOCOL, SERVER_HEADER, encode_array
+
 RETRY_ERRORS = (OSError, http.client.HTTPException)  # refused, reset, timed out, cut mid-answer
 
 
@@ -178,7 +177,7 @@ class PolicyClient:
                    "vf_preds": np.asarray(values, np.float32), "action_dist_inputs": np.asarray(dist, np.float32)}
         answer = self._call("samples", {"episode_id": episode_id, "end": end,
                                         "next_observation": _plain(np.asarray(next_obs)),
-                                        "columns": {k: _b64(v) for k, v in columns.items()}})
+                                        "columns": {k: encode_array(v) for k, v in columns.items()}})
         self._server_version = int(answer.get("version", 0))
 
     def _step(self, episode_id: str, observation: Any) -> dict[str, Any]:
@@ -243,10 +242,6 @@ class PolicyClient:
         except ValueError:
             payload = {"error": data[:200].decode(errors="replace")}
         return resp.status, payload, resp.getheader(SERVER_HEADER)
-
-
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()).decode()
 
 
 def _plain(v: Any) -> Any:

@@ -1,6 +1,7 @@
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,13 @@ def nothing_left_in_tmp():
     yield
     new = sorted(n for n in set(os.listdir("/tmp")) - before if not n.startswith("pytest-of-"))
     assert not new, f"left in /tmp by the test suite: {new}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_cli(args, cwd, timeout=600, env=None):

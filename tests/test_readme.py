@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, isolated, on_ray_cluster
+from tests.conftest import REPO, free_port, isolated, on_ray_cluster
 
 README = (REPO / "README.md").read_text()
 BUDGET = "stop.timesteps_total=3072"
@@ -131,9 +130,7 @@ def run_bash_command(cmd: str, launch: Path) -> None:
 
 
 def mlflow_ui(cmd: str, launch: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     tmp = launch / "mlflow-ui-tmp"  # MLflow's server leaves a db_init_lock-<hash> file in its temp dir
     tmp.mkdir(exist_ok=True)
     proc = subprocess.Popen(["bash", "-c", f"exec {cmd} --port {port}"], cwd=launch, env={**ENV, "TMPDIR": str(tmp)},
@@ -168,9 +165,7 @@ SERVER_RUNS: list[tuple[subprocess.Popen, int]] = []  # the External application
 def start_server_run(cmd: str, launch: Path) -> None:
     """``rlrun ... rollout=server ... &``: started in the background on a free port, with the budget;
     the client block that follows drives it and waits for it (``run_python``)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = with_budget(cmd.removesuffix("&").strip()).replace("rollout.server.port=9900", f"rollout.server.port={port}")
     proc = subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=launch, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from rlrun.serving.episodes import EpisodeTable
 from rlrun.serving.protocol import RequestError, decode
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, free_port, run_cli
 
 DRIVER = REPO / "experiments" / "external_env" / "driver.py"
 OBS, ACT = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
@@ -330,9 +329,7 @@ def test_a_resumed_run_tells_its_clients_to_start_new_episodes(tmp_path):
     """SIGTERM mid-run: clients get "retry" (503) instead of "finished", keep retrying while the run is
     down, and the resumed run's server (a new id) tells them their episode is gone; they start new
     ones and the resumed run trains to its budget."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     args = ["+experiment=ppo_cartpole", "tracking.log_model=false", "stop.timesteps_total=8192",
             "checkpoint.every_n_iters=1", "++stop={rollout/episode_return_mean: null}"]
     first = ServerRun(tmp_path, *args, port=port)

@@ -25,7 +25,8 @@ from typing import Any
 
 from rlrun.schema import ConfigError
 from rlrun.serving.episodes import EpisodeTable
-from rlrun.serving.protocol import PREFIX, PROTOCOL, SERVER_HEADER, RequestError, action_json, decode
+from rlrun.serving.protocol import RequestError, action_json, decode
+from rlrun.serving.wire import PREFIX, PROTOCOL, SERVER_HEADER
 
 log = logging.getLogger("rlrun")
 

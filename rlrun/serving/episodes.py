@@ -120,13 +120,9 @@ class EpisodeTable:
             if not ep.rows:
                 raise RequestError(409, f"end_episode: episode '{eid}' has no action yet")
             self._reward(ep, reward, "end_episode")
-            ep.ended, ep.truncated, ep.final_obs = True, truncated, obs
+            self._close(eid, ep, obs, truncated)
             if ep.training:
-                self.returns.append(ep.ret)
-                self.lengths.append(ep.length)
-                self._ready(1)
-            else:
-                del self._open[eid]
+                self._ready(1)  # the last row is complete now
 
     def add_rows(self, eid: str, columns: dict[str, np.ndarray], next_obs: Any, end: str | None) -> None:
         """samples (local inference): rows the client recorded itself, all complete."""
@@ -145,12 +141,16 @@ class EpisodeTable:
                 ep.rows.extend(rows)
                 self._ready(n)
             if end is not None:
-                ep.ended, ep.truncated, ep.final_obs = True, end == "truncated", next_obs
-                if ep.training:
-                    self.returns.append(ep.ret)
-                    self.lengths.append(ep.length)
-                else:
-                    del self._open[eid]
+                self._close(eid, ep, next_obs, end == "truncated")
+
+    def _close(self, eid: str, ep: _Episode, final_obs: Any, truncated: bool) -> None:
+        """The episode has ended: its return counts; a training episode stays until its rows are taken."""
+        ep.ended, ep.truncated, ep.final_obs = True, truncated, final_obs
+        if ep.training:
+            self.returns.append(ep.ret)
+            self.lengths.append(ep.length)
+        else:
+            del self._open[eid]
 
     def _reward(self, ep: _Episode, reward: float, command: str, always: bool = False) -> None:
         """Add ``reward`` to the episode's last action."""

@@ -4,7 +4,6 @@ trip. Imports torch and rlrun's policy code, so only local mode loads it."""
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Callable
 from typing import Any
@@ -13,9 +12,10 @@ import numpy as np
 import torch
 
 from rlrun.config import build_config
+from rlrun.offline.spaces import space_from_json
 from rlrun.plugins import load_builtins
 from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.serving.protocol import space_from_json
+from rlrun.serving.wire import decode_array
 from rlrun.workers import make_policy_factory
 
 _NUMPY_ACT: dict[Any, Callable[[np.ndarray], np.ndarray]] = {torch.tanh: np.tanh,
@@ -82,7 +82,8 @@ class LocalPolicy:
     def update(self, payload: dict[str, Any]) -> None:
         if "weights" not in payload:
             return
-        self.policy.set_weights({k: _array(w) for k, w in payload["weights"].items()})
+        self.policy.set_weights({k: decode_array(w["data"], w["dtype"], w["shape"])
+                                 for k, w in payload["weights"].items()})
         self.policy.global_timestep = int(payload.get("global_timestep", 0))
         self.version = int(payload["version"])
         if NumpyMLP.supports(self.policy):
@@ -92,15 +93,16 @@ class LocalPolicy:
         """(action, logp, V(s), dist inputs); the given action's logp when the client chose it."""
         if self._fast is not None:
             return self._fast(obs, action)
-        out = self.policy.compute_actions(np.asarray(obs, dtype=self.obs_space.dtype)[None], True, [])
-        if action is None:
-            return out.actions[0], float(out.logp[0]), float(out.values[0]), out.dist_inputs[0]
-        with torch.inference_mode():
-            dist = self.policy.dist_class(torch.as_tensor(out.dist_inputs))
-            logp = dist.logp(torch.as_tensor(np.asarray(action)[None]))
-        return action, float(logp.item()), float(out.values[0]), out.dist_inputs[0]
+        return act_one(self.policy, np.asarray(obs, dtype=self.obs_space.dtype), action)
 
 
-def _array(w: dict[str, Any]) -> np.ndarray:
-    dtype = np.dtype(w["dtype"])
-    return np.frombuffer(base64.b64decode(w["data"]), dtype=dtype.newbyteorder("<")).astype(dtype).reshape(w["shape"])
+def act_one(policy: Any, obs: np.ndarray, action: Any = None, explore: bool = True) -> tuple[Any, float, float,
+                                                                                            np.ndarray]:
+    """One observation through a Policy: (action, logp, V(s), dist inputs); with ``action`` given (the
+    client chose it), that action's log-probability. The server's and the local client's torch path."""
+    out = policy.compute_actions(obs[None], explore, [])
+    if action is None:
+        return out.actions[0], float(out.logp[0]), float(out.values[0]), out.dist_inputs[0]
+    with torch.inference_mode():
+        logp = policy.dist_class(torch.as_tensor(out.dist_inputs)).logp(torch.as_tensor(np.asarray(action)[None]))
+    return action, float(logp.item()), float(out.values[0]), out.dist_inputs[0]

@@ -43,9 +43,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-PROTOCOL = 1
-PREFIX = f"/v{PROTOCOL}/"
-SERVER_HEADER = "x-rlrun-server"
+from rlrun.serving.wire import PREFIX as PREFIX  # re-exported
+from rlrun.serving.wire import PROTOCOL as PROTOCOL
+from rlrun.serving.wire import SERVER_HEADER as SERVER_HEADER
+
 EPISODE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 FIELDS: dict[str, dict[str, bool]] = {  # command -> {field: required}
     "start_episode": {"episode_id": False, "training_enabled": False},
@@ -169,10 +170,6 @@ def columns_of(cols: Any, obs_space: gym.Space, action_space: gym.Space, dist_si
     return out
 
 
-def encode_array(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()).decode()
-
-
 def value_of(v: Any, space: gym.Space, what: str) -> Any:
     """A JSON value as an element of ``space`` (Box or Discrete), or RequestError naming the problem."""
     if isinstance(space, gym.spaces.Discrete):
@@ -191,27 +188,6 @@ def value_of(v: Any, space: gym.Space, what: str) -> Any:
     if not np.isfinite(a).all():
         raise RequestError(400, f"{what} must hold finite numbers, got {_show(v)}")
     return a.astype(space.dtype)
-
-
-def space_json(space: gym.Space) -> dict[str, Any]:
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    assert isinstance(space, gym.spaces.Box)
-    def bounds(a: np.ndarray) -> list[Any]:  # JSON has no infinity: "inf" / "-inf"
-        return [float(x) if np.isfinite(x) else str(float(x)) for x in a.ravel()]
-
-    return {"type": "Box", "shape": list(space.shape), "dtype": str(space.dtype), "low": bounds(space.low),
-            "high": bounds(space.high)}
-
-
-def space_from_json(d: dict[str, Any]) -> gym.Space:
-    """The inverse of ``space_json`` (bounds: numbers, or "inf" / "-inf")."""
-    if d["type"] == "Discrete":
-        return gym.spaces.Discrete(d["n"], start=d.get("start", 0))
-    shape = tuple(d["shape"])
-    low = np.array([float(x) for x in d["low"]], dtype=d["dtype"]).reshape(shape)
-    high = np.array([float(x) for x in d["high"]], dtype=d["dtype"]).reshape(shape)
-    return gym.spaces.Box(low, high, shape, np.dtype(d["dtype"]))
 
 
 def action_json(action: Any, space: gym.Space) -> Any:

@@ -21,18 +21,19 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.callbacks import CallbackList
 from rlrun.config import to_dict
 from rlrun.envs import env_from_config
 from rlrun.errors import WorkerFailure
+from rlrun.offline.spaces import space_to_json
 from rlrun.policy import DEFAULT_POLICY_ID, PolicyMap
 from rlrun.schema import ConfigError
 from rlrun.serving.app import PolicyServer
 from rlrun.serving.episodes import EpisodeTable, Segment
-from rlrun.serving.protocol import PROTOCOL, encode_array, space_json
+from rlrun.serving.local import act_one
+from rlrun.serving.wire import PROTOCOL, encode_array
 from rlrun.workers import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, flatten_fragment
 
 SB = SampleBatch
@@ -54,6 +55,7 @@ class ServerWorker(WorkerBase):
         self.policy = self.policy_map[DEFAULT_POLICY_ID]
         self._actor = policy_factory(self.obs_space, self.action_space)[DEFAULT_POLICY_ID]
         self._actor_lock = threading.Lock()
+        self._version = 0  # of the weights the server acts with (local clients pull newer ones)
         self._sync_actor()
         self.callbacks = CallbackList(spec.callbacks)
         self._episodes = EpisodeStats([], [])
@@ -62,8 +64,8 @@ class ServerWorker(WorkerBase):
         self.fragment_length = int(spec.rollout.rollout_fragment_length) * int(spec.rollout.num_envs_per_worker)
         token = load_or_create_token(Path(spec.launch_dir or os.getcwd()) / s.token_file)
         self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes, max_backlog=self.fragment_length)
-        info = {"protocol": PROTOCOL, "observation_space": space_json(self.obs_space),
-                "action_space": space_json(self.action_space), "env_id": spec.env.id}
+        info = {"protocol": PROTOCOL, "observation_space": space_to_json(self.obs_space),
+                "action_space": space_to_json(self.action_space), "env_id": spec.env.id}
         self._config = to_dict(policy_factory.cfg) if isinstance(policy_factory, PolicyFactory) else None
         self._payload: dict[str, Any] = {}
         self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
@@ -80,7 +82,7 @@ class ServerWorker(WorkerBase):
         with self._actor_lock:
             self._actor.set_weights(self.policy.get_weights())
             self._actor.global_timestep = self.policy.global_timestep
-            self._version = getattr(self, "_version", 0) + 1
+            self._version += 1
 
     def _policy_payload(self, version: int | None) -> dict[str, Any]:
         """The ``policy`` answer: the run's config and the current weights (local inference)."""
@@ -97,13 +99,7 @@ class ServerWorker(WorkerBase):
     def _act(self, obs: Any, action: Any) -> tuple[Any, float, float, np.ndarray]:
         """(action, logp, V(s), dist inputs) for one observation; the client's action if it chose one."""
         with self._actor_lock:
-            out = self._actor.compute_actions(np.asarray(obs)[None], self.explore, [])
-            if action is None:
-                return out.actions[0], float(out.logp[0]), float(out.values[0]), out.dist_inputs[0]
-            with torch.inference_mode():
-                dist = self._actor.dist_class(torch.as_tensor(out.dist_inputs))
-                logp = float(dist.logp(torch.as_tensor(np.asarray(action)[None])).item())
-            return action, logp, float(out.values[0]), out.dist_inputs[0]
+            return act_one(self._actor, np.asarray(obs), action, self.explore)
 
     def sample(self) -> SampleBatch:
         """At least ``rollout_fragment_length`` complete rows from the clients' episodes."""
