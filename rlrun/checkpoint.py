@@ -131,7 +131,8 @@ def _read_history(path: Path) -> list[tuple[dict[str, float], int, int]]:
 
 # --------------------------------------------------------------------------- resume
 # Config keys that change what a checkpoint's tensors mean: a resume that changes them is refused.
-INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs")
+INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs", "env.observation_space",
+                         "env.action_space")
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

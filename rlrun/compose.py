@@ -50,7 +50,7 @@ def follow_env(raw: dict[str, Any], experiment: str) -> str:
     preset_env, preset_stop = _preset_env_and_stop(experiment)
     env_id = (raw.get("env") or {}).get("id")
     stop = raw.get("stop") or {}
-    if preset_env is None or env_id == preset_env or not isinstance(stop, dict):
+    if preset_env is None or env_id in (preset_env, None) or not isinstance(stop, dict):  # None: no env, same task
         return experiment
     dropped = [k for k, v in stop.items() if "/" in str(k) and preset_stop.get(k) == v]
     for k in dropped:

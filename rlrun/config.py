@@ -153,17 +153,19 @@ def check_config(cfg: RunConfig) -> RunConfig:
 
 
 def _check_names(cfg: RunConfig) -> None:
-    from rlrun.envs import check_env_id
+    from rlrun.envs import check_env_config, check_env_id
 
     algo = ALGOS.get(cfg.algo.name)
     loss = LOSSES.entry(cfg.loss.name)
     from rlrun.wrappers import parse_wrappers
 
     try:
-        check_env_id(cfg.env.id)
+        if cfg.env.id is not None:
+            check_env_id(cfg.env.id)
         parse_wrappers(cfg.env.wrappers)
     except RegistryError as e:
         raise ConfigError(str(e)) from None
+    check_env_config(cfg)
     for i, name in enumerate(cfg.callbacks):
         try:
             CALLBACKS.entry(name, f"callbacks[{i}]")

@@ -52,12 +52,23 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    id: str = "CartPole-v1"  # an rlrun-registered env name or any gymnasium id
+    # an rlrun-registered env name or any gymnasium id; null: no env (spaces declared below; training
+    # from `input` files or a policy server's clients, no online evaluation)
+    id: str | None = "CartPole-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
     # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync)
     vectorize: Literal["auto", "vector_entry_point", "sync"] = "auto"
     # gymnasium wrappers, applied in order: a name or {name: <wrapper>, <argument>: <value>} (rlrun/wrappers.py)
     wrappers: list[Any] = field(default_factory=list)
+    # declared spaces ({type: Box, shape: [4]}, {type: Discrete, n: 2}; rlrun/offline/spaces.py): both or
+    # neither; required with id: null, checked against the env otherwise
+    observation_space: dict[str, Any] | None = None
+    action_space: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        """The env's name for tags and run names (``spaces-only`` without an env)."""
+        return self.id or "spaces-only"
 
 
 @dataclass

@@ -35,6 +35,67 @@ def _import_env_package(env_id: str) -> None:
                             f"pip install {module}") from None
 
 
+def declared_spaces(env: Any) -> tuple[gym.Space, gym.Space] | None:
+    """``env.observation_space`` and ``env.action_space`` as declared in the config (both or neither;
+    ``check_env_config`` has checked them), or None when the env's own spaces are used."""
+    from rlrun.offline.spaces import space_from_config
+
+    if env.observation_space is None or env.action_space is None:
+        return None
+    return (space_from_config(env.observation_space, "env.observation_space"),
+            space_from_config(env.action_space, "env.action_space"))
+
+
+def env_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
+    """The (single) observation and action spaces of ``env`` (an EnvConfig): the declared ones, or
+    those of one env copy built for the purpose."""
+    declared = declared_spaces(env)
+    if declared is not None:
+        return declared
+    vec = env_from_config(env, 1)
+    try:
+        return vec.single_observation_space, vec.single_action_space
+    finally:
+        vec.close()
+
+
+def check_env_config(cfg: Any) -> None:
+    """Declared spaces parse, come in pairs, and a run without an env (``env.id: null``) asks nothing
+    of one: no sampling, no online evaluation, no multi-agent env. Raises ``ConfigError``."""
+    from rlrun.offline.config import SAMPLER, parse_input
+    from rlrun.offline.spaces import space_from_config
+    from rlrun.schema import ConfigError
+
+    e = cfg.env
+    for key, data in (("env.observation_space", e.observation_space), ("env.action_space", e.action_space)):
+        try:
+            if data is not None:
+                space_from_config(data, key)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if (e.observation_space is None) != (e.action_space is None):
+        missing = "env.action_space" if e.action_space is None else "env.observation_space"
+        raise ConfigError(f"{missing}: missing; declare both spaces or neither")
+    if e.id is not None:
+        return
+    sampled = any(s == SAMPLER for s, _ in parse_input(cfg.input)) and cfg.rollout.server is None
+    needs = [
+        (e.observation_space is None, "env.id: null (no env) needs declared spaces: env.observation_space="
+                                      "{type: Box, shape: [4]} env.action_space={type: Discrete, n: 2}"),
+        (sampled, f"input: {cfg.input!r} samples from the env and env.id is null; give input=<dir of Parquet "
+                  "files> (or rollout=server)"),
+        (cfg.rollout.num_workers > 0 and cfg.rollout.server is None,
+         f"rollout.num_workers: {cfg.rollout.num_workers} rollout workers and env.id is null: nothing to sample; set 0"),
+        (cfg.evaluation.interval > 0, f"evaluation.interval: {cfg.evaluation.interval}: evaluation runs on the "
+                                      "env and env.id is null; set evaluation.interval=0"),
+        (bool(cfg.multiagent.policies), "multiagent: a multi-agent run needs its env (env.id is null)"),
+        (bool(e.wrappers), f"env.wrappers: {e.wrappers!r} wrap an env and env.id is null"),
+    ]
+    for bad, message in needs:
+        if bad:
+            raise ConfigError(message)
+
+
 def check_env_id(env_id: str) -> None:
     """Fail with known names if ``env_id`` is neither registered with rlrun nor with gymnasium."""
     if env_id in ENVS or env_id.startswith("pettingzoo:"):
@@ -130,6 +191,22 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
         return obs_space, env.single_action_space
     finally:
         env.close()
+
+
+def probe_env_config(env: Any) -> tuple[gym.Space, gym.Space]:
+    """``probe_env`` for an EnvConfig, whose declared spaces (if any) must be the env's; with
+    ``env.id: null`` the declared spaces themselves."""
+    from rlrun.offline.spaces import same_space
+
+    declared = declared_spaces(env)
+    if env.id is None:
+        assert declared is not None
+        return declared
+    spaces = probe_env(env.id, env.kwargs, env.vectorize, wrappers=env.wrappers)
+    for key, ours, theirs in zip(("env.observation_space", "env.action_space"), declared or (), spaces):
+        if not same_space(ours, theirs):
+            raise PluginError(f"{key}: declared {ours} but {env.id} has {theirs}")
+    return spaces
 
 
 def _probe(env: gym.vector.VectorEnv, env_id: str, steps: int) -> None:

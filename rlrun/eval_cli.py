@@ -47,6 +47,7 @@ class EvalArgs:
     out: str | None = None  # also write result.json and the video here
     output: str | None = None  # record the episodes as an offline dataset (Parquet) in this directory
     explore: bool = False  # with output: sample actions from the policy's distribution (else greedy)
+    env: str | None = None  # play on this env id instead of the run's (required for a run without an env)
 
 
 EVAL_HELP = """\
@@ -70,6 +71,8 @@ options (defaults in brackets):
   out=DIR               also write result.json and the video here
   output=DIR            record the episodes as an offline dataset (Parquet files) in DIR
   explore=true          with output=: sample actions as in training instead of greedy ones [false]
+  env=ID                play on this env (its spaces must be the policy's) [the run's env.id;
+                        required for a run trained without an env, env.id: null]
 
 examples:
   rlrun-eval checkpoint=latest episodes=20 render=true
@@ -191,6 +194,31 @@ def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[li
         env.close()
 
 
+def _with_env(loaded: Any, env_id: str | None, path: Path) -> Any:
+    """The checkpoint's config, playing on ``env_id`` when given (a policy trained without an env, or
+    on another env with the same spaces)."""
+    from dataclasses import replace
+
+    from rlrun.envs import check_env_id, probe_env
+    from rlrun.offline.spaces import same_space
+
+    cfg = loaded.cfg
+    if env_id is None:
+        if cfg.env.id is None:
+            raise ConfigError(f"env: checkpoint {path} is of a run without an env (env.id: null); name one to play "
+                              "on: env=<gymnasium id>")
+        return cfg
+    if cfg.multiagent.policies:
+        raise ConfigError(f"env: {env_id}: a multi-agent run plays on its own env")
+    check_env_id(env_id)
+    spaces = probe_env(env_id)
+    for what, ours, theirs in zip(("observation", "action"), (loaded.obs_space, loaded.action_space), spaces):
+        if not same_space(ours, theirs):
+            raise ConfigError(f"env: {env_id} has the {what} space {theirs}, the policy's is {ours}")
+    return replace(cfg, env=replace(cfg.env, id=env_id, kwargs={}, wrappers=[], observation_space=None,
+                                    action_space=None))
+
+
 def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     from rlrun.evaluation import evaluate
     from rlrun.export import describe, load_policies
@@ -202,7 +230,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         everyone = load_policies(path, launch_dir)
         loaded = next(iter(everyone.values()))
         policies = {pid: lp.policy for pid, lp in everyone.items()}
-        cfg = loaded.cfg
+        cfg = _with_env(loaded, args.env, path)
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
         if args.output:
             res = _record(args, policies, cfg, describe(loaded))

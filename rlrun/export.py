@@ -211,7 +211,7 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
             pytorch_model=scripted, serialization_format="pickle",  # a ScriptModule: saved with torch.jit.save
             input_example=example, signature=infer_signature(example, out),
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
-            metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.id,
+            metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.label,
                       "rlrun.checkpoint": Path(checkpoint_dir).name, "rlrun.policy_id": policy_id},
         )
     return f"runs:/{run_id}/{name}"
@@ -219,5 +219,5 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
 
 def describe(loaded: LoadedPolicy) -> dict[str, Any]:
     m = loaded.checkpoint.meta
-    return {"algo": loaded.cfg.algo.name, "env": loaded.cfg.env.id, "timesteps_total": m.get("timesteps_total"),
+    return {"algo": loaded.cfg.algo.name, "env": loaded.cfg.env.label, "timesteps_total": m.get("timesteps_total"),
             "training_iteration": m.get("training_iteration"), "mlflow_run_id": m.get("mlflow_run_id")}

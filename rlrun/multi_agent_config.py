@@ -42,7 +42,9 @@ class MultiAgentConfig:
     count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
 
 
-def is_multi_agent_env(env_id: str) -> bool:
+def is_multi_agent_env(env_id: str | None) -> bool:
+    if env_id is None:  # no env: declared spaces
+        return False
     return env_id.startswith(PETTINGZOO) or (env_id in ENVS and bool(ENVS.entry(env_id).info.get("multi_agent")))
 
 

@@ -81,7 +81,7 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
         tracking_ok = True
     except TrackingError:  # the checkpoint is kept locally all the same; the error is reported by the run
         tracking_ok = False
-    meta = {"algo": cfg.algo.name, "env": cfg.env.id, "created": time.time(), "mlflow_run_id": tracker.run_id,
+    meta = {"algo": cfg.algo.name, "env": cfg.env.label, "created": time.time(), "mlflow_run_id": tracker.run_id,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
     save_checkpoint(path, trainer.get_state(), meta, config_dict, history)
     if tracking_ok:

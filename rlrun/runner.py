@@ -26,7 +26,7 @@ from rlrun.checkpoint import (
     resolve_resume,
 )
 from rlrun.config import DEFAULT_EXPERIMENT, ConfigError, RunConfig, build_config, to_dict
-from rlrun.envs import probe_env
+from rlrun.envs import probe_env_config
 from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.multi_agent import probe_multi_agent_env
@@ -159,7 +159,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     if cfg.multiagent.policies:  # env API mistakes, agents no policy covers, spaces: one line, before anything starts
         probe_multi_agent_env(cfg)
     else:
-        spaces = probe_env(cfg.env.id, cfg.env.kwargs, cfg.env.vectorize, wrappers=cfg.env.wrappers)
+        spaces = probe_env_config(cfg.env)
         check_model_fits(cfg.model, *spaces)
         if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards
             check_input(cfg, *spaces)
@@ -247,13 +247,13 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
 
 def default_run_name(cfg: RunConfig) -> str:
     """What the run is: ``<preset or algo-env>-s<seed>-<4 hex>`` (the suffix tells repeats apart)."""
-    what = cfg.experiment or f"{cfg.algo.name}-{cfg.env.id}"
+    what = cfg.experiment or f"{cfg.algo.name}-{cfg.env.label}"
     return f"{what}-s{cfg.seed}-{secrets.token_hex(2)}"
 
 
 def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
     sha = git_sha(launch)
-    return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.id,
+    return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.label,
             "rlrun.experiment": cfg.experiment or DEFAULT_EXPERIMENT, "rlrun.seed": str(cfg.seed),
             "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags(), **process_tags()}
 
@@ -309,11 +309,11 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
     met = target_met(cfg.stop, history[-1])
     final = f"{returns[-1]:.1f}" if returns else "n/a"
     best = f"{max(returns):.1f}" if returns else "n/a"
-    note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.id}`, "
+    note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.label}`, "
             f"seed {cfg.seed}. Final return {final}, best {best} after {int(history[-1]['timesteps_total']):,} env "
             f"steps. Stopped: {reason}. Target met: {'yes' if met else 'no'}.")
     evals = [(h["timesteps_total"], h["eval/episode_return_mean"]) for h in history if "eval/episode_return_mean" in h]
-    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.id}", evals)
+    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.label}", evals)
     tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
 
 

@@ -38,7 +38,12 @@ def _raise_user_error(e: Any) -> None:
 
 def worker_class(cfg: RunConfig) -> Any:
     """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set, or ServerWorker
-    (external clients drive the episodes) with ``rollout=server``."""
+    (external clients drive the episodes) with ``rollout=server``, or SpacesOnlyWorker (no env: rows
+    come from ``input`` files) with ``env.id: null``."""
+    if cfg.rollout.server is None and cfg.env.id is None:
+        from rlrun.offline.worker import SpacesOnlyWorker
+
+        return SpacesOnlyWorker
     if cfg.rollout.server is not None:
         from rlrun.serving.worker import ServerWorker
 

@@ -22,7 +22,7 @@ from rlrun.algorithm import get_algorithm
 from rlrun.batch import SampleBatch
 from rlrun.callbacks import CallbackList, EpisodeTracker
 from rlrun.config import EnvConfig, RolloutConfig, RunConfig
-from rlrun.envs import env_from_config
+from rlrun.envs import env_from_config, env_spaces
 from rlrun.filters import NoFilter
 from rlrun.plugins import load_plugins
 from rlrun.policy import DEFAULT_POLICY_ID, ActionOutput, Policy, PolicyMap, PolicySpec
@@ -51,8 +51,8 @@ class PolicyFactory:
         return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
 
     def build(self) -> tuple[PolicyMap, dict[str, tuple[gym.Space, gym.Space]]]:
-        """The run's policies, with their spaces read from one env copy (outside a worker: exports,
-        resume checks). Returns the policy map and ``{policy_id: (obs space, action space)}``."""
+        """The run's policies, with their spaces declared or read from one env copy (outside a worker:
+        exports, resume checks). Returns the policy map and ``{policy_id: (obs space, action space)}``."""
         c = self.cfg
         if c.multiagent.policies:
             from rlrun.multi_agent import make_multi_agent_env, policy_spaces
@@ -63,9 +63,7 @@ class PolicyFactory:
             finally:
                 ma_env.close()
             return self.multi_agent(spaces), spaces
-        env = env_from_config(c.env, 1)
-        spaces = {DEFAULT_POLICY_ID: (env.single_observation_space, env.single_action_space)}
-        env.close()
+        spaces = {DEFAULT_POLICY_ID: env_spaces(c.env)}
         return self(*spaces[DEFAULT_POLICY_ID]), spaces
 
     def filter_settings(self) -> tuple[str, float]:

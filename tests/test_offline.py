@@ -22,7 +22,7 @@ from rlrun.batch import SampleBatch as SB
 from rlrun.cli import compose
 from rlrun.config import ConfigError, EnvConfig, ModelConfig, RolloutConfig
 from rlrun.distributions import Categorical
-from rlrun.errors import DataError
+from rlrun.errors import DataError, PluginError
 from rlrun.offline.input import dataset_meta
 from rlrun.offline.parquet import DatasetWriter, batch_from_table, read_meta
 from rlrun.offline.reader import ParquetReader
@@ -257,6 +257,46 @@ def test_dqn_learns_cartpole_from_a_replay_of_ppo_and_random_episodes(recorded, 
     assert s["return"].startswith("no episode finished")  # it never sampled: every row came from the files
 
 
+# ---------------------------------------------------------------------------------------- no env
+NO_ENV = ["env.id=null", "env.observation_space={type: Box, shape: [4]}", "env.action_space={type: Discrete, n: 2}",
+          "evaluation.interval=0"]
+
+
+@pytest.mark.slow
+def test_bc_trains_without_an_env_and_its_policy_plays_on_one_later(recorded, tmp_path):
+    """Spaces declared in YAML, no env built: every row from the files; rlrun-eval env=... plays it."""
+    p = run_cli(["+experiment=bc_cartpole", f"input={recorded / 'data'}", "tracking=none", *NO_ENV,
+                 "stop.training_iteration=60", f"output_dir={tmp_path / 'bc'}"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert run_summary(p.stdout)["return"].startswith("no episode finished")
+    p = eval_cli([f"checkpoint={tmp_path / 'bc'}", "env=CartPole-v1", "episodes=20", "log=false",
+                  f"out={tmp_path / 'eval'}"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "eval" / "result.json").read_text())["eval/episode_return_mean"] >= 475
+    for extra, words in (([], "env=<gymnasium id>"), (["env=Pendulum-v1"], "env: Pendulum-v1 has the observation")):
+        p = eval_cli([f"checkpoint={tmp_path / 'bc'}", "log=false", *extra], tmp_path)
+        assert p.returncode == 2 and words in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    (["env.id=null"], "env.id: null (no env) needs declared spaces"),
+    (["env.observation_space={type: Box, shape: [4]}"], "env.action_space: missing; declare both"),
+    (["env.observation_space={type: Bx}", "env.action_space={type: Discrete, n: 2}"], "env.observation_space: expected"),
+    (["env.observation_space={type: Box, shape: [4], low: 1, high: 0}", "env.action_space={type: Discrete, n: 2}"],
+     "env.observation_space: {'type': 'Box'"),
+    (["env.observation_space={type: Box, shape: [4]}", "env.action_space={type: Discrete, n: 2, shape: 3}"],
+     "env.action_space: unknown key 'shape'"),
+    ([*NO_ENV[:3]], "evaluation.interval: 5: evaluation runs on the env and env.id is null"),
+    ([*NO_ENV, "rollout.num_workers=2"], "rollout.num_workers: 2 rollout workers and env.id is null"),
+    ([*NO_ENV, "input=sampler"], "input: 'sampler' samples from the env and env.id is null"),
+    ([*NO_ENV, "env.wrappers=[flatten_observation]"], "env.wrappers: ['flatten_observation'] wrap an env"),
+])
+def test_declared_spaces_and_runs_without_an_env_are_checked(extra, words):
+    with pytest.raises(ConfigError) as e:
+        compose(["+experiment=bc_cartpole", "input=data", "tracking=none", *extra])
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 # ---------------------------------------------------------------------------------------- bad data
 def _bc(tmp_path, source, *extra):
     return compose(["+experiment=bc_cartpole", f"input={source}", "tracking=none", "progress=false",
@@ -294,6 +334,8 @@ def _bad_inputs(recorded, tmp_path):
         "NaN reward": (nan.parent, [], [str(nan), "column 'rewards'", "1 non-finite", "row 7"]),
         "not rlrun's file": (foreign.parent, [], [str(foreign), "without rlrun metadata"]),
         "obs shape": (recorded / "data", ["env.id=Acrobot-v1"], [str(src), "observation_space", "does not match"]),
+        "no env, obs shape": (recorded / "data", ["env.id=null", "env.observation_space={type: Box, shape: [5]}",
+                                                  *NO_ENV[2:]], [str(src), "observation_space", "does not match"]),
         "unknown Minari id": ("minari:cartpole/nope-v0", [], ["minari:cartpole/nope-v0", "no local Minari dataset"]),
     }
 
@@ -306,6 +348,8 @@ def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(reco
             run(_bc(tmp_path, source, *extra), tmp_path)
         assert "\n" not in str(e.value) and all(n in str(e.value) for n in needles), str(e.value)
     assert not (tmp_path / "out" / "checkpoints").exists()  # refused before any training
+    with pytest.raises(PluginError, match=r"env.observation_space: declared Box\(-inf, inf, \(5,\), float32\) but Cart"):
+        run(_bc(tmp_path, recorded / "data", "env.observation_space={type: Box, shape: [5]}", *NO_ENV[2:3]), tmp_path)
     with pytest.raises(ConfigError, match="input: no such directory or file '/nonexistent'"):
         _bc(tmp_path, "/nonexistent")
     with pytest.raises(ConfigError, match="input: this run trains from recorded data"):

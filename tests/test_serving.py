@@ -147,6 +147,10 @@ def test_an_idle_episode_is_abandoned_and_its_rows_dropped():
 
 
 # ---------------------------------------------------------------------- real runs
+SPACES_ONLY = ("env.id=null", "env.observation_space={type: Box, shape: [4]}",
+               "env.action_space={type: Discrete, n: 2}")
+
+
 class ServerRun:
     """``python -m rlrun ... rollout=server rollout.server.port=0`` in ``cwd``; the address is read
     from the line the server prints."""
@@ -300,8 +304,9 @@ def test_ppo_learns_from_four_remote_clients_while_10k_bad_requests_arrive(tmp_p
 
 @pytest.mark.slow
 def test_a_client_killed_mid_episode_loses_only_that_episode(tmp_path):
+    # no env on the server's side (spaces declared): the clients own the only ones
     run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "stop.timesteps_total=8192", "tracking.log_model=false",
-                    "rollout.server.episode_timeout_s=1")
+                    "rollout.server.episode_timeout_s=1", *SPACES_ONLY)
     victim = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
 from rlrun.client import PolicyClient

@@ -53,3 +53,31 @@ def same_space(a: gym.Space, b: gym.Space) -> bool:
     if isinstance(a, gym.spaces.Discrete):
         return bool(a.n == b.n)  # type: ignore[attr-defined]
     return a.dtype == b.dtype
+
+
+BOX_KEYS = {"type", "shape", "low", "high", "dtype"}
+SPACE_KEYS = {"Box": BOX_KEYS, "Discrete": {"type", "n", "start"}, "MultiDiscrete": {"type", "nvec"},
+              "MultiBinary": {"type", "n"}}
+
+
+def space_from_config(data: Any, key: str) -> gym.Space:
+    """A space declared in YAML (``env.observation_space: {type: Box, shape: [4]}``): the JSON form
+    above, with Box bounds defaulting to -inf/inf and dtype to float32. Raises ``ValueError`` whose
+    message names ``key`` and the offending value."""
+    if not isinstance(data, dict) or data.get("type") not in SPACE_KEYS:
+        raise ValueError(f"{key}: expected {{type: Box|Discrete|MultiDiscrete|MultiBinary, ...}}, got {data!r}")
+    unknown = sorted(set(data) - SPACE_KEYS[data["type"]])
+    if unknown:
+        raise ValueError(f"{key}: unknown key {unknown[0]!r} for a {data['type']} space "
+                         f"(keys: {', '.join(sorted(SPACE_KEYS[data['type']]))})")
+    full = dict(data)
+    if data["type"] == "Box":
+        full = {"low": "-inf", "high": "inf", "dtype": "float32", **data}
+    try:
+        space = space_from_json(full)
+    except (KeyError, TypeError, ValueError) as e:
+        what = f"missing {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+        raise ValueError(f"{key}: {data!r} is not a valid {data['type']} space ({what})") from None
+    if isinstance(space, gym.spaces.Box) and (np.isnan(space.low).any() or np.isnan(space.high).any()):
+        raise ValueError(f"{key}: {data!r}: a Box bound is NaN")
+    return space

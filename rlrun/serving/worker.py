@@ -25,7 +25,7 @@ import numpy as np
 from rlrun.batch import SampleBatch, concat_samples
 from rlrun.callbacks import CallbackList
 from rlrun.config import to_dict
-from rlrun.envs import env_from_config
+from rlrun.envs import env_spaces
 from rlrun.errors import WorkerFailure
 from rlrun.offline.spaces import space_to_json
 from rlrun.policy import DEFAULT_POLICY_ID, PolicyMap
@@ -44,9 +44,8 @@ class ServerWorker(WorkerBase):
         self.spec = spec
         s = spec.rollout.server
         assert s is not None
-        env = env_from_config(spec.env, 1)  # for its spaces only: the clients own the environments
-        self.obs_space, self.action_space = env.single_observation_space, env.single_action_space
-        env.close()
+        # declared, or from one env copy built for its spaces only: the clients own the environments
+        self.obs_space, self.action_space = env_spaces(spec.env)
         for what, space in (("observation", self.obs_space), ("action", self.action_space)):
             if not isinstance(space, gym.spaces.Box | gym.spaces.Discrete):
                 raise ConfigError(f"rollout.server: env '{spec.env.id}' has a {type(space).__name__} {what} space; "
