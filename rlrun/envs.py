@@ -85,7 +85,8 @@ def check_env_config(cfg: Any) -> None:
         (sampled, f"input: {cfg.input!r} samples from the env and env.id is null; give input=<dir of Parquet "
                   "files> (or rollout=server)"),
         (cfg.rollout.num_workers > 0 and cfg.rollout.server is None,
-         f"rollout.num_workers: {cfg.rollout.num_workers} rollout workers and env.id is null: nothing to sample; set 0"),
+         f"rollout.num_workers: {cfg.rollout.num_workers} rollout workers and env.id is null: nothing to "
+         "sample; set 0"),
         (cfg.evaluation.interval > 0, f"evaluation.interval: {cfg.evaluation.interval}: evaluation runs on the "
                                       "env and env.id is null; set evaluation.interval=0"),
         (bool(cfg.multiagent.policies), "multiagent: a multi-agent run needs its env (env.id is null)"),
@@ -203,7 +204,7 @@ def probe_env_config(env: Any) -> tuple[gym.Space, gym.Space]:
         assert declared is not None
         return declared
     spaces = probe_env(env.id, env.kwargs, env.vectorize, wrappers=env.wrappers)
-    for key, ours, theirs in zip(("env.observation_space", "env.action_space"), declared or (), spaces):
+    for key, ours, theirs in zip(("env.observation_space", "env.action_space"), declared or (), spaces, strict=False):
         if not same_space(ours, theirs):
             raise PluginError(f"{key}: declared {ours} but {env.id} has {theirs}")
     return spaces

@@ -212,7 +212,8 @@ def _with_env(loaded: Any, env_id: str | None, path: Path) -> Any:
         raise ConfigError(f"env: {env_id}: a multi-agent run plays on its own env")
     check_env_id(env_id)
     spaces = probe_env(env_id)
-    for what, ours, theirs in zip(("observation", "action"), (loaded.obs_space, loaded.action_space), spaces):
+    for what, ours, theirs in zip(("observation", "action"), (loaded.obs_space, loaded.action_space), spaces,
+                                   strict=True):
         if not same_space(ours, theirs):
             raise ConfigError(f"env: {env_id} has the {what} space {theirs}, the policy's is {ours}")
     return replace(cfg, env=replace(cfg.env, id=env_id, kwargs={}, wrappers=[], observation_space=None,

@@ -34,8 +34,10 @@ class VectorStep(NamedTuple):
     episode_end: np.ndarray  # [C] bool: no agent left after this step (the copy resets next step)
 
 
-def make_vector_multi_agent_env(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None,
+def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[str, Any] | None = None,
                                 vectorize: str = "auto") -> Any:
+    if env_id is None:
+        return make_multi_agent_env(env_id)  # refuses it
     kwargs = dict(kwargs or {})
     vector = ENVS.entry(env_id).info.get("vector") if env_id in ENVS else None
     if vector is not None and vectorize != "sync":

@@ -59,8 +59,10 @@ class ObsAdapter:
         return np.asarray(obs, dtype=np.float32)
 
 
-def make_multi_agent_env(env_id: str, kwargs: dict[str, Any] | None = None) -> Any:
+def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = None) -> Any:
     """One multi-agent env (Parallel API) from a registered name or a ``pettingzoo:<module>`` id."""
+    if env_id is None:
+        raise ConfigError("multiagent: a multi-agent run needs its env (env.id is null)")
     kwargs = dict(kwargs or {})
     if env_id.startswith(PETTINGZOO):
         module_name = env_id[len(PETTINGZOO):]

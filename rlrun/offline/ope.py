@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import torch
 from torch import nn
 
-from rlrun.batch import SampleBatch
+from rlrun.batch import SampleBatch, concat_samples
 from rlrun.config import ConfigError
 from rlrun.offline.config import MINARI, input_files, parse_input
 from rlrun.offline.estimators import NEEDS_Q, Episode, estimate
-from rlrun.offline.parquet import ACTION_PROB, DataError, _concat, batch_from_table, read_meta
+from rlrun.offline.parquet import ACTION_PROB, DataError, batch_from_table, read_meta
 from rlrun.optim import make_optimizer
 
 SB = SampleBatch
@@ -46,6 +46,9 @@ def evaluation_source(cfg: Any) -> str:
     return files[0]
 
 
+OPE_COLUMNS = (SB.OBS, SB.NEXT_OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.EPS_ID, ACTION_PROB)
+
+
 def load_episodes(source: str, max_episodes: int, action_space: gym.Space) -> list[SampleBatch]:
     """Whole episodes (in file order) with the behaviour policy's action probabilities."""
     if source.startswith(MINARI):
@@ -55,10 +58,11 @@ def load_episodes(source: str, max_episodes: int, action_space: gym.Space) -> li
     for path in input_files(source, "offline.evaluation_input"):
         meta = read_meta(path)
         names = pq.read_schema(path).names
-        for col in (SB.OBS, SB.NEXT_OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.EPS_ID, ACTION_PROB):
+        for col in OPE_COLUMNS:
             if col not in names:
                 raise DataError(f"{path}: column '{col}' is missing (off-policy estimators need it)")
-        batch = batch_from_table(pq.read_table(path), meta["columns"], str(path))
+        # only what the estimators use: files with and without postprocessed columns then concatenate
+        batch = batch_from_table(pq.read_table(path, columns=list(OPE_COLUMNS)), meta["columns"], str(path))
         for ep in batch.split_by_episode():
             if ep[SB.TERMINATEDS][-1] or ep[SB.TRUNCATEDS][-1]:
                 episodes.append(ep)
@@ -77,7 +81,7 @@ class OffPolicyEvaluator:
             raise ConfigError(f"offline.evaluation: dm, dr and wdr fit Q(s, a) for discrete actions; this env's "
                               f"actions are {action_space}; use is or wis")
         self.episodes = load_episodes(evaluation_source(cfg), o.evaluation_episodes, action_space)
-        self.data = _concat(self.episodes)
+        self.data = concat_samples(self.episodes)
         self.gamma = cfg.algo.gamma
         self.fqe_steps = o.fqe_steps
         self.seed = cfg.seed

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlrun.batch import SampleBatch
+from rlrun.batch import SampleBatch, concat_samples
 from rlrun.errors import DataError as DataError  # re-exported
 
 SB = SampleBatch
@@ -191,7 +191,7 @@ class DatasetWriter:
         """Write the ended episodes held (``running``: every held row) as one file."""
         if not self._held:
             return
-        rows = self._held[0] if len(self._held) == 1 else _concat(self._held)
+        rows = concat_samples(self._held)
         self._held, self._held_bytes = [], 0
         if not self.by_episode:
             self._emit(rows, 0)
@@ -226,11 +226,3 @@ class DatasetWriter:
         self.flush(running=keep_running and self.max_episodes is None)
         self._held = []
         return self.files
-
-
-def _concat(parts: Iterable[SampleBatch]) -> SampleBatch:
-    parts = list(parts)
-    out = SampleBatch()
-    for k in parts[0]:
-        dict.__setitem__(out, k, np.concatenate([p[k] for p in parts]))
-    return out

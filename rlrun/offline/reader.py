@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlrun.batch import SampleBatch
-from rlrun.offline.parquet import REQUIRED_COLUMNS, DataError, _concat, _first_line, batch_from_table, read_meta
+from rlrun.batch import SampleBatch, concat_samples
+from rlrun.offline.parquet import REQUIRED_COLUMNS, DataError, _first_line, batch_from_table, read_meta
 from rlrun.offline.spaces import same_space, space_from_json, space_to_json
 
 SB = SampleBatch
@@ -89,7 +89,7 @@ class ShuffledReader:
             piece = next(self._stream)
             parts.append(piece)
             have += len(piece)
-        buf = parts[0] if len(parts) == 1 else _concat(_common(parts))
+        buf = parts[0] if len(parts) == 1 else concat_samples(_common(parts))
         take = np.arange(n) if self.shuffle_buffer <= 1 else self.rng.choice(len(buf), size=n, replace=False)
         keep = np.ones(len(buf), dtype=bool)
         keep[take] = False
@@ -117,7 +117,7 @@ class ShuffledReader:
             for k, col in frag.items():
                 dict.__setitem__(flat, k, col[:, 0])
             out.append(flat)
-        return out[0] if len(out) == 1 else _concat(out)
+        return out[0] if len(out) == 1 else concat_samples(out)
 
 
 class ParquetReader(ShuffledReader):
@@ -146,7 +146,7 @@ class ParquetReader(ShuffledReader):
                 chunk = batch_from_table(rb, columns, str(path))
                 self._check_finite(path, chunk)
                 if carry is not None:
-                    chunk = _concat([carry, chunk])
+                    chunk = concat_samples([carry, chunk])
                 ids = chunk[SB.EPS_ID]
                 ended = bool(chunk[SB.TERMINATEDS][-1] or chunk[SB.TRUNCATEDS][-1])
                 k = len(ids) if ended else int(np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])[-1])
