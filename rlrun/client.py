@@ -13,7 +13,10 @@
             break
 
 With ``inference="local"`` the client runs the policy itself and uploads each episode's rows every
-``upload_rows`` steps and at its end: no round trip per step. It pulls new weights when an upload's
+``upload_rows`` steps and at its end: no round trip per step. Starts and uploads go out in order
+from a background thread, so a step never waits for the network; what the server refuses there is
+raised by the next call (``flush()`` waits for all of it). ``get_actions`` acts for many episodes
+in one forward pass. It pulls new weights when an upload's
 answer says the learner has newer ones, and at least every ``update_interval_s`` seconds. That mode
 imports torch and rlrun's policy code.
 
@@ -29,10 +32,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import queue
 import socket
 import threading
 import time
 import urllib.parse
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +46,7 @@ import numpy as np
 
 from rlrun.serving.wire import PROTOCOL, SERVER_HEADER, encode_array
 
+SEND_BATCH = 32  # local mode: queued starts and uploads sent together (and queued at most: data stays fresh)
 RETRY_ERRORS = (OSError, http.client.HTTPException)  # refused, reset, timed out, cut mid-answer
 
 
@@ -86,14 +93,24 @@ class PolicyClient:
         self._pulled = 0.0
         self._server_version = 0  # the newest weights the server has announced
         self._rows: dict[str, list[list[Any]]] = {}  # local mode: recorded rows not yet uploaded, per episode
+        # local mode: start_episode and uploads go out in order from a background thread, so stepping
+        # never waits for the server (that wait was 22% of a client's time, py-spy); a full outbox
+        # (the server holding answers back while a train batch waits) makes the caller wait
+        self._outbox: queue.Queue[tuple[int, str, dict[str, Any]] | None] = queue.Queue(maxsize=SEND_BATCH)
+        self._sender: threading.Thread | None = None
+        self._failure: Exception | None = None  # what the sender met; raised by the next call
+        self._generation = 0  # raising a failure starts a new one: what was queued before is dropped
 
     # ------------------------------------------------------------------ the classic calls
     def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
-        eid = str(self._call("start_episode", {"episode_id": episode_id, "training_enabled": training_enabled})
-                  ["episode_id"])
         if self.inference == "local":
+            eid = episode_id or uuid.uuid4().hex
+            self._send("start_episode", {"episode_id": eid, "training_enabled": training_enabled})
             with self._lock:
                 self._rows[eid] = []
+            return eid
+        eid = str(self._call("start_episode", {"episode_id": episode_id, "training_enabled": training_enabled})
+                  ["episode_id"])
         return eid
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
@@ -102,6 +119,28 @@ class PolicyClient:
             return self._act_locally(episode_id, observation, None)
         a = self._call("get_action", self._step(episode_id, observation))["action"]
         return np.asarray(a, dtype=np.float32) if isinstance(a, list) else a
+
+    def get_actions(self, episode_ids: Sequence[str], observations: Any) -> np.ndarray:
+        """``get_action`` for several episodes at once: ``observations`` is [N, ...], one per episode
+        id; returns N actions. One round trip in remote mode (a ``batch`` request); with local
+        inference one forward pass. A simulator that runs many episodes side by side should use it."""
+        if self.inference != "local":
+            answers = self._batch([("get_action", self._step(e, o))
+                                   for e, o in zip(episode_ids, observations, strict=True)])
+            return np.asarray([a["action"] for a in answers], dtype=None)
+        self._raise_failure()
+        policy = self._policy()
+        obs = np.array(observations, dtype=policy.obs_space.dtype)
+        if len(obs) != len(episode_ids):
+            raise ValueError(f"get_actions: {len(episode_ids)} episode ids, {len(obs)} observations")
+        for eid, o in zip(episode_ids, obs, strict=True):
+            self._make_room(eid, o)
+        actions, logp, values, dist = policy.act_batch(obs)
+        with self._lock:
+            for i, eid in enumerate(episode_ids):
+                self._rows[eid].append([obs[i], actions[i], logp[i], values[i], dist[i], 0.0])
+        space = policy.action_space
+        return np.clip(actions, space.low, space.high) if hasattr(space, "low") else actions
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an action the client chose itself (off-policy data)."""
@@ -129,13 +168,9 @@ class PolicyClient:
 
     # ------------------------------------------------------------------ local inference
     def _act_locally(self, episode_id: str, observation: Any, action: Any) -> Any:
+        self._raise_failure()
         policy = self._policy()
-        with self._lock:
-            rows = self._rows.get(episode_id)
-        if rows is None:
-            raise RequestRejected(404, f"unknown or ended episode '{episode_id}' (start_episode first)")
-        if len(rows) >= self.upload_rows:
-            self._upload(episode_id, observation, None)
+        self._make_room(episode_id, observation)
         chosen, logp, value, dist = policy.act(observation, action)
         with self._lock:
             self._rows[episode_id].append([np.asarray(observation, dtype=policy.obs_space.dtype), chosen, logp,
@@ -144,6 +179,15 @@ class PolicyClient:
             return None
         space = policy.action_space
         return np.clip(chosen, space.low, space.high) if hasattr(space, "low") else int(chosen)
+
+    def _make_room(self, episode_id: str, observation: Any) -> None:
+        """Local mode, before an episode's next row: upload its rows once ``upload_rows`` wait."""
+        with self._lock:
+            rows = self._rows.get(episode_id)
+        if rows is None:
+            raise RequestRejected(404, f"unknown or ended episode '{episode_id}' (start_episode first)")
+        if len(rows) >= self.upload_rows:
+            self._upload(episode_id, observation, None)
 
     def _policy(self) -> Any:
         now = time.monotonic()
@@ -175,10 +219,58 @@ class PolicyClient:
                    "actions": np.asarray(actions, np.int64 if discrete else np.float32),
                    "rewards": np.asarray(rewards, np.float32), "action_logp": np.asarray(logp, np.float32),
                    "vf_preds": np.asarray(values, np.float32), "action_dist_inputs": np.asarray(dist, np.float32)}
-        answer = self._call("samples", {"episode_id": episode_id, "end": end,
-                                        "next_observation": _plain(np.asarray(next_obs)),
-                                        "columns": {k: encode_array(v) for k, v in columns.items()}})
-        self._server_version = int(answer.get("version", 0))
+        self._send("samples", {"episode_id": episode_id, "end": end, "next_observation": _plain(np.asarray(next_obs)),
+                               "columns": {k: encode_array(v) for k, v in columns.items()}})
+
+    def _send(self, command: str, message: dict[str, Any]) -> None:
+        """Local mode: queue a request for the sender thread (after raising what it met before)."""
+        self._raise_failure()
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_loop, name="rlrun-client-sender", daemon=True)
+            self._sender.start()
+        self._outbox.put((self._generation, command, message))
+
+    def _send_loop(self) -> None:
+        """Send what is queued, everything waiting at once as one ``batch`` request (in order)."""
+        while True:
+            items = [self._outbox.get()]
+            while items[-1] is not None and len(items) < SEND_BATCH:
+                try:
+                    items.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                # what was queued before a failure was raised belongs to episodes that are gone
+                live = [(c, m) for it in items if it is not None and it[0] == self._generation for c, m in [it[1:]]]
+                if live:
+                    for (command, _), answer in zip(live, self._batch(live), strict=False):
+                        if command == "samples":
+                            self._server_version = int(answer.get("version", 0))
+            except Exception as e:  # run finished, server restarted, refused: the caller's next call raises it
+                with self._lock:
+                    if items[0] is not None and items[0][0] == self._generation:
+                        self._failure = self._failure or e
+            finally:
+                for _ in items:
+                    self._outbox.task_done()
+            if items[-1] is None:
+                return
+
+    def _raise_failure(self) -> None:
+        with self._lock:
+            failure, self._failure = self._failure, None
+            if failure is not None:
+                self._rows.clear()  # the server dropped or finished every episode of this client
+                self._generation += 1
+        if failure is not None:
+            raise failure
+
+    def flush(self) -> None:
+        """Local mode: wait until every queued start and upload has been answered; raises what the
+        server refused meanwhile (``RunFinished``, ``ServerRestarted``, ``RequestRejected``)."""
+        if self._sender is not None:
+            self._outbox.join()
+        self._raise_failure()
 
     def _step(self, episode_id: str, observation: Any) -> dict[str, Any]:
         with self._lock:
@@ -191,14 +283,44 @@ class PolicyClient:
         return self._call("info", {})
 
     def close(self) -> None:
+        """Close this thread's connection; in local mode also stop the sender (after what it holds)."""
+        if self._sender is not None and threading.current_thread() is not self._sender:
+            self._outbox.put(None)
+            self._sender.join(timeout=self.timeout_s)
+            self._sender = None
+        self._drop_connection()
+
+    def _drop_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
 
     # ------------------------------------------------------------------ transport
-    def _call(self, command: str, message: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(message).encode()
+    def _batch(self, requests: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """``[(command, message)]`` in one round trip (the protocol's ``batch``); their answers. A
+        refusal raises as the single request's would; after a 503 the rest is resent with backoff."""
+        answers: list[dict[str, Any]] = []
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            parts = ",".join(json.dumps({"command": c, **m}) for c, m in requests)
+            before = self.server_id
+            payload = self._call("batch", {}, f'{{"requests": [{parts}]}}'.encode())
+            answers += payload.get("answers", [])
+            failed = payload.get("failed")
+            if failed is None:
+                return answers
+            i, status, reason = int(failed["index"]), int(failed["status"]), str(failed["error"])
+            requests = requests[i:]
+            if status == 503 and time.monotonic() + delay <= deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            raise _refusal(status, reason, before is not None and before != self.server_id)
+
+    def _call(self, command: str, message: dict[str, Any], body: bytes | None = None) -> dict[str, Any]:
+        body = json.dumps(message).encode() if body is None else body
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
@@ -206,7 +328,7 @@ class PolicyClient:
             try:
                 status, payload, server_id = self._post(f"/v{PROTOCOL}/{command}", body, headers)
             except RETRY_ERRORS as e:
-                self.close()
+                self._drop_connection()
                 if time.monotonic() + delay > deadline:
                     raise ConnectionError(f"policy server {self.host}:{self.port}: {e} (retried for "
                                           f"{self.retry_s:g} s)") from None
@@ -218,15 +340,11 @@ class PolicyClient:
             if status == 200:
                 return payload
             reason = str(payload.get("error", "")) if isinstance(payload, dict) else ""
-            if status == 410:
-                raise RunFinished(reason or "the run has finished")
-            if status == 404 and restarted:
-                raise ServerRestarted(f"the policy server restarted; {reason}")
             if status == 503 and time.monotonic() + delay <= deadline:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            raise RequestRejected(status, reason)
+            raise _refusal(status, reason, restarted)
 
     def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any, str | None]:
         conn = getattr(self._local, "conn", None)
@@ -242,6 +360,15 @@ class PolicyClient:
         except ValueError:
             payload = {"error": data[:200].decode(errors="replace")}
         return resp.status, payload, resp.getheader(SERVER_HEADER)
+
+
+def _refusal(status: int, reason: str, restarted: bool) -> Exception:
+    """The exception for a refused request: the run finished, the server restarted, or rejected."""
+    if status == 410:
+        return RunFinished(reason or "the run has finished")
+    if status == 404 and restarted:
+        return ServerRestarted(f"the policy server restarted; {reason}")
+    return RequestRejected(status, reason)
 
 
 def _plain(v: Any) -> Any:

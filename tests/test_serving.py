@@ -48,6 +48,13 @@ OBS, ACT = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discret
     ("end_episode", b'{"episode_id": "e", "observation": [0, 0, 0, 0], "truncated": 1}', 400, "true or false"),
     ("start_episode", b'{"training_enabled": "yes"}', 400, "true or false"),
     ("drop_tables", b"{}", 404, "unknown command"),
+    ("batch", b'{"requests": []}', 400, "1 to 1024 requests"),
+    ("batch", b'{"requests": {}}', 400, "must be a list"),
+    ("batch", b'{"requests": [{"episode_id": "e"}]}', 400, "requests[0] needs a command"),
+    ("batch", b'{"requests": [{"command": "policy"}]}', 400, "requests[0] needs a command among start_episode"),
+    ("batch", b'{"requests": [{"command": "start_episode"}, {"command": "log_returns", "episode_id": "e", '
+              b'"reward": NaN}]}', 400, "batch: requests[1]: log_returns: reward must be a finite number"),
+    ("batch", b'{"requests": [], "more": 1}', 400, "the body is"),
 ])
 def test_the_protocol_refuses_malformed_requests_with_one_line(command, body, status, words):
     with pytest.raises(RequestError) as e:
@@ -59,6 +66,28 @@ def test_the_protocol_decodes_a_valid_request():
     f = decode("get_action", b'{"episode_id": "a-1", "observation": [1, 2, 3, 4], "reward": 1.5}', OBS, ACT)
     assert f["episode_id"] == "a-1" and f["reward"] == 1.5
     assert f["observation"].dtype == np.float32 and f["observation"].tolist() == [1, 2, 3, 4]
+
+
+def test_a_batch_runs_in_order_and_stops_at_the_first_refusal():
+    """One round trip for many requests: each answered in order; a refusal stops the rest and names
+    its index, so a client knows what took effect."""
+    from types import SimpleNamespace
+
+    from rlrun.serving.app import PolicyServer
+
+    t = table()
+    server = SimpleNamespace(table=t, spaces=(OBS, ACT), rejected=0, policy=None, info={})
+    server._dispatch = lambda command, fields: PolicyServer._dispatch(server, command, fields)
+    obs = [0.0, 0.0, 0.0, 0.0]
+    body = json.dumps({"requests": [{"command": "start_episode", "episode_id": "a"},
+                                    {"command": "get_action", "episode_id": "a", "observation": obs},
+                                    {"command": "get_action", "episode_id": "nope", "observation": obs},
+                                    {"command": "start_episode", "episode_id": "b"}]}).encode()
+    answer = PolicyServer._dispatch(server, "batch", decode("batch", body, OBS, ACT))
+    assert [list(a) for a in answer["answers"]] == [["episode_id"], ["action"]]
+    assert answer["failed"]["index"] == 2 and answer["failed"]["status"] == 404
+    assert answer["failed"]["error"].startswith("requests[2] get_action: get_action: unknown or ended episode 'nope'")
+    assert t.num_open == 1 and server.rejected == 1  # "b" never started
 
 
 def sample_body(n=3, **change):
@@ -132,6 +161,41 @@ def test_the_table_hands_out_complete_rows_with_their_rewards_and_ends():
         t.take(5, timeout_s=0.1)  # b has one complete row, not 5
 
 
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_segments_postprocessed_together_match_each_on_its_own(algo):
+    """``_fragments`` right-aligns segments of different lengths in one [T, S] fragment: every row's
+    advantages (GAE) or n-step targets (DQN) must be those of its segment postprocessed alone."""
+    from types import SimpleNamespace
+
+    from rlrun.algorithm import make_policy
+    from rlrun.config import RolloutConfig
+    from rlrun.plugins import load_builtins
+    from rlrun.serving.episodes import Segment
+    from rlrun.serving.worker import ServerWorker
+
+    load_builtins()
+    obs_space, act_space = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
+    policy = make_policy(algo, obs_space, act_space)
+    rng = np.random.default_rng(0)
+
+    def segment(n, eps, terminated=False, truncated=False):
+        rows = [(rng.normal(size=4).astype(np.float32), int(rng.integers(2)), -0.7, float(rng.normal()),
+                 rng.normal(size=2).astype(np.float32), float(rng.normal())) for _ in range(n)]
+        return Segment(eps, 3, rows, rng.normal(size=4).astype(np.float32), terminated, truncated)
+
+    stub = SimpleNamespace(policy=policy, obs_space=obs_space, action_space=act_space,
+                           spec=SimpleNamespace(record_next_obs=True, rollout=RolloutConfig()))
+    segments = [segment(5, 0), segment(1, 1, terminated=True), segment(7, 2, truncated=True), segment(2, 3)]
+    together = ServerWorker._fragments(stub, segments)
+    alone = [ServerWorker._fragments(stub, [seg]) for seg in segments]
+    assert len(together) == sum(len(b) for b in alone) == 15
+    for key in together:
+        np.testing.assert_allclose(together[key], np.concatenate([b[key] for b in alone]), rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    assert together["eps_id"].tolist() == [0] * 5 + [1] + [2] * 7 + [3] * 2
+    assert together["t"].tolist()[:6] == [3, 4, 5, 6, 7, 3] and together["truncateds"][12]
+
+
 def test_an_idle_episode_is_abandoned_and_its_rows_dropped():
     t = table(timeout_s=0.05)
     e = t.start("gone", True)
@@ -203,9 +267,10 @@ def finished(driver: subprocess.Popen) -> dict:
 
 @pytest.mark.slow
 def test_ppo_learns_from_four_clients_running_the_policy_themselves(tmp_path):
-    """Local inference: the clients pull the weights, act without a round trip, upload their rows."""
+    """Local inference: the clients pull the weights, act without a round trip, upload their rows
+    (two of them play 8 episodes side by side with one batched forward pass a step)."""
     run = ServerRun(tmp_path, "+experiment=ppo_cartpole", "tracking.log_model=false")
-    drivers = [run.driver(seed, "--inference", "local") for seed in range(4)]
+    drivers = [run.driver(seed, "--inference", "local", "--episodes", "8" if seed >= 2 else "1") for seed in range(4)]
     out = run.wait()
     reports = [finished(d) for d in drivers]
     assert all(r["run_finished"] for r in reports), reports
@@ -320,10 +385,10 @@ time.sleep(600)
     assert victim.stdout.readline().strip() == "mid-episode"
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
-    driver = run.driver(1)
+    driver = run.driver(1, "--episodes", "4")  # remote: a batch request for four episodes' actions
     run.wait()
     report = finished(driver)
-    assert report["run_finished"]
+    assert report["run_finished"] and not report["torch_imported"]
     assert run.metric("workers/num_abandoned_episodes")[-1] == 1
     # every episode the surviving client finished was trained on and counted
     assert run.metric("episodes_total")[-1] >= report["episodes"] - 1

@@ -7,9 +7,12 @@ Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with clie
   inference clients, and ``+experiment=dqn_cartpole`` with 4 remote clients that choose half of their
   actions themselves (uniformly at random, ``log_action``); DQN stops on a greedy eval of 475 (10
   episodes every 20 iterations). Env steps and seconds to the target, per run.
-- ``throughput``: 1, 4 and 16 clients x remote / local inference x learner (``ppo_cartpole``, or
-  ``algo=pg``: one gradient step per 512 rows, so the serving path is what is measured), 30k env
-  steps each: aggregate env steps/s the clients achieved.
+- ``throughput``: 1, 4 and 16 clients playing one episode at a time (30k env steps a run), and 4
+  clients playing 32 episodes side by side with one ``get_actions`` call a step (100k env steps
+  remote, 400k local), x remote / local inference x learner (``ppo_cartpole``, or ``algo=pg``: one
+  gradient step per 4096 rows, so the serving path is what is measured): aggregate env steps/s the
+  clients achieved, over each client's whole life (``client_steps_per_s``) and from its first step
+  on (``steady_steps_per_s``: without process start, torch import and first weights).
 
     python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput]
 
@@ -74,7 +77,8 @@ def session(work: Path, args: list[str], clients: int, driver_args: list[str], s
             "train_s": float(steps[2]), "wall_s": round(wall, 1), "final_return": float(final[1]) if final else None,
             "last_eval": evals[-1] if evals else None,
             "clients_finished": sum(bool(r.get("run_finished")) for r in reports),
-            "client_steps_per_s": round(sum(float(r.get("steps_per_s", 0)) for r in reports), 1)}
+            "client_steps_per_s": round(sum(float(r.get("steps_per_s", 0)) for r in reports), 1),
+            "steady_steps_per_s": round(sum(float(r.get("steady_steps_per_s", 0)) for r in reports), 1)}
 
 
 LEARN = {  # name -> (rlrun args, driver args)
@@ -99,14 +103,17 @@ def part_learn(root: Path, seeds: list[int]) -> list[dict[str, object]]:
 
 def part_throughput(root: Path) -> list[dict[str, object]]:
     rows = []
-    pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=512", "algo.lr=1e-3"]
+    pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=4096", "algo.lr=1e-3"]
+    plan = [(clients, 1, 30_000) for clients in (1, 4, 16)] + [(4, 32, 0)]  # (clients, episodes each, steps)
     for learner, args in (("ppo", ["+experiment=ppo_cartpole"]), ("pg", pg)):
         for mode in ("remote", "local"):
-            for clients in (1, 4, 16):
-                r = session(root / f"tp-{learner}-{mode}-{clients}", [*args, "stop.timesteps_total=30000",
-                                                                       "++stop={rollout/episode_return_mean: null}"],
-                            clients, ["--inference", mode], 0)
-                rows.append({"learner": learner, "inference": mode, "clients": clients, **r})
+            for clients, episodes, steps in plan:
+                steps = steps or (100_000 if mode == "remote" else 400_000)
+                r = session(root / f"tp-{learner}-{mode}-{clients}-{episodes}",
+                            [*args, f"stop.timesteps_total={steps}", "++stop={rollout/episode_return_mean: null}"],
+                            clients, ["--inference", mode, "--episodes", str(episodes)], 0)
+                rows.append({"learner": learner, "inference": mode, "clients": clients, "episodes_each": episodes,
+                             **r})
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -151,11 +158,18 @@ def plots(results: dict[str, list[dict[str, object]]]) -> None:
     for learner, style in (("ppo", "-"), ("pg", "--")):
         for mode, color in (("remote", "tab:blue"), ("local", "tab:orange")):
             rs = [r for r in results.get("throughput", []) if r["learner"] == learner and r["inference"] == mode]
-            if rs:
-                ax.plot([r["clients"] for r in rs], [r["client_steps_per_s"] for r in rs], style, color=color,
+            one = [r for r in rs if r.get("episodes_each", 1) == 1]
+            if one:
+                ax.plot([r["clients"] for r in one], [r["client_steps_per_s"] for r in one], style, color=color,
                         marker="o", label=f"{mode} inference, learner {learner}")
+            many = [r for r in rs if r.get("episodes_each", 1) > 1]
+            if many:
+                ax.plot([r["clients"] for r in many], [r["client_steps_per_s"] for r in many], "*", color=color,
+                        markersize=12, markeredgecolor="k" if learner == "pg" else color,
+                        label=f"{mode}, learner {learner}, 32 episodes a client (get_actions)")
     ax.set(xscale="log", yscale="log", xlabel="clients (processes)", ylabel="aggregate env steps/s",
            title="rollout=server throughput, CartPole-v1, 2 cores")
+    ax.axhline(20_000, color="grey", lw=0.8, ls=":")
     ax.set_xticks([1, 4, 16], ["1", "4", "16"])
     ax.legend(fontsize=8)
     fig.tight_layout()

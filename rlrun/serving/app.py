@@ -109,7 +109,7 @@ class PolicyServer:
         body = await self._body(headers.get(b"content-length"), receive)
         command = path[len(PREFIX):]
         fields = decode(command, body, *self.spaces, dist_size=self.dist_size)
-        if command in ("get_action", "log_action", "samples"):
+        if command in ("get_action", "log_action", "samples", "batch"):
             while self.table.backlogged:  # a train batch waits: let the trainer take it first
                 await asyncio.sleep(0.002)
         return self._dispatch(command, fields)
@@ -134,6 +134,16 @@ class PolicyServer:
 
     def _dispatch(self, command: str, f: dict[str, Any]) -> dict[str, Any]:
         t = self.table
+        if command == "batch":  # in order; the first refusal stops it (protocol.py)
+            answers = []
+            for i, (cmd, fields) in enumerate(f["requests"]):
+                try:
+                    answers.append(self._dispatch(cmd, fields))
+                except RequestError as e:
+                    self.rejected += 1
+                    return {"answers": answers, "failed": {"index": i, "status": e.status,
+                                                           "error": f"requests[{i}] {cmd}: {e.reason}"}}
+            return {"answers": answers}
         if command == "start_episode":
             return {"episode_id": t.start(f.get("episode_id"), f.get("training_enabled", True))}
         if command == "get_action":

@@ -49,22 +49,38 @@ class NumpyMLP:
 
     def __call__(self, obs: Any, action: Any) -> tuple[Any, float, float, np.ndarray]:
         x = np.asarray(obs, dtype=np.float64).ravel()
-        h = x
-        for w, b in self.pi:
-            h = self.act(w @ h + b)
-        logits = self.pi_head[0] @ h + self.pi_head[1]
-        hv = h
-        if self.vf is not None:
-            hv = x
-            for w, b in self.vf:
-                hv = self.act(w @ hv + b)
-        value = float((self.vf_head[0] @ hv + self.vf_head[1])[0])
+        logits, value = self._forward(x)
         z = logits - logits.max()
         logp = z - np.log(np.exp(z).sum())
         if action is None:
             action = int(np.searchsorted(np.cumsum(np.exp(logp)), self.rng.random() * np.exp(logp).sum()))
             action = min(action, len(logp) - 1)
-        return action, float(logp[action]), value, logits.astype(np.float32)
+        return action, float(logp[action]), float(value[0]), logits.astype(np.float32)
+
+    def _forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Logits and V for ``x`` ([d] or [N, d]); weights are [out, in]."""
+        h = x
+        for w, b in self.pi:
+            h = self.act(h @ w.T + b)
+        logits = h @ self.pi_head[0].T + self.pi_head[1]
+        hv = h
+        if self.vf is not None:
+            hv = x
+            for w, b in self.vf:
+                hv = self.act(hv @ w.T + b)
+        return logits, hv @ self.vf_head[0].T + self.vf_head[1]
+
+    def batch(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Sampled actions, their logp, V and logits for ``obs`` ([N, d]): one forward for N episodes."""
+        logits, value = self._forward(np.asarray(obs, dtype=np.float64).reshape(len(obs), -1))
+        z = logits - logits.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        cdf = np.cumsum(np.exp(logp), axis=1)
+        u = self.rng.random(len(obs)) * cdf[:, -1]
+        actions = np.minimum((u[:, None] > cdf).sum(axis=1), logits.shape[1] - 1)
+        rows = np.arange(len(obs))
+        return actions, logp[rows, actions].astype(np.float32), value[:, 0].astype(np.float32), \
+            logits.astype(np.float32)
 
 
 class LocalPolicy:
@@ -94,6 +110,14 @@ class LocalPolicy:
         if self._fast is not None:
             return self._fast(obs, action)
         return act_one(self.policy, np.asarray(obs, dtype=self.obs_space.dtype), action)
+
+
+    def act_batch(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(actions, logp, V(s), dist inputs) for ``obs`` ([N, ...]), the policy choosing every action."""
+        if self._fast is not None:
+            return self._fast.batch(obs)
+        out = self.policy.compute_actions(np.asarray(obs, dtype=self.obs_space.dtype), True, [])
+        return out.actions, out.logp, out.values, out.dist_inputs
 
 
 def act_one(policy: Any, obs: np.ndarray, action: Any = None, explore: bool = True) -> tuple[Any, float, float,

@@ -11,6 +11,7 @@ body; every answer is a JSON object. Commands and their fields (all others are r
     info           {}                                                     -> {protocol, observation_space, ...}
     policy         {version?: int}                                        -> {version, config?, weights?}
     samples        {episode_id, columns, next_observation, end?}          -> {version}
+    batch          {requests: [{command, ...its fields}, ...]}            -> {answers: [...], failed?}
 
 ``policy`` and ``samples`` serve local inference (the client runs the policy itself): ``policy``
 returns the run's config and the weights (each ``{shape, dtype, data: base64 of the raw
@@ -20,6 +21,14 @@ in the observation space's dtype, actions int64 or float32, the rest float32), a
 number of rows; ``next_observation`` is the observation after the last row; ``end`` is null (the
 episode goes on), ``"terminated"`` or ``"truncated"``. Its answer names the current weights'
 version, so a client pulls new weights as soon as the learner has them.
+
+``batch`` carries up to ``MAX_BATCH`` requests of the episode commands (start_episode, get_action,
+log_action, log_returns, end_episode, samples) in one round trip: a client driving many episodes
+sends one request where it would send dozens. All are checked before any runs (one malformed
+request refuses the whole batch with 400); they then run in order. ``answers`` holds the answer of
+each request that ran; the first one the server refuses stops the batch, and ``failed`` says which
+and why: ``{index, status, error}`` (the ones before it took effect, so after a 503 a client
+resends from ``index``).
 
 ``reward`` on get_action, log_action and end_episode is the reward of the episode's previous action
 (what ``log_returns`` would have sent): ``PolicyClient`` sends it that way, one request per step
@@ -57,7 +66,10 @@ FIELDS: dict[str, dict[str, bool]] = {  # command -> {field: required}
     "info": {},
     "policy": {"version": False},
     "samples": {"episode_id": True, "columns": True, "next_observation": True, "end": False},
+    "batch": {"requests": True},
 }
+BATCHABLE = ("start_episode", "get_action", "log_action", "log_returns", "end_episode", "samples")
+MAX_BATCH = 1024
 SAMPLE_COLUMNS = ("obs", "actions", "rewards", "action_logp", "vf_preds", "action_dist_inputs")
 MAX_SAMPLE_ROWS = 100_000
 
@@ -83,6 +95,36 @@ def decode(command: str, body: bytes, obs_space: gym.Space, action_space: gym.Sp
         raise RequestError(400, f"body is not JSON ({str(e)[:80]})") from None
     if not isinstance(msg, dict):
         raise RequestError(400, f"body must be a JSON object, got {type(msg).__name__}")
+    if command == "batch":
+        return {"requests": _batch_of(msg, obs_space, action_space, dist_size)}
+    return _fields_of(command, msg, obs_space, action_space, dist_size)
+
+
+def _batch_of(msg: dict[str, Any], obs_space: gym.Space, action_space: gym.Space,
+              dist_size: int) -> list[tuple[str, dict[str, Any]]]:
+    """``[(command, fields)]`` of a batch, every request checked."""
+    if set(msg) != {"requests"}:
+        raise RequestError(400, f"batch: the body is {{\"requests\": [...]}}, got fields {sorted(map(str, msg))[:5]}")
+    requests = msg["requests"]
+    if not isinstance(requests, list) or not 1 <= len(requests) <= MAX_BATCH:
+        raise RequestError(400, f"batch: requests must be a list of 1 to {MAX_BATCH} requests, got "
+                                f"{_show(requests) if not isinstance(requests, list) else f'{len(requests)} requests'}")
+    out = []
+    for i, r in enumerate(requests):
+        command = r.get("command") if isinstance(r, dict) else None
+        if command not in BATCHABLE:
+            raise RequestError(400, f"batch: requests[{i}] needs a command among {', '.join(BATCHABLE)}, got "
+                                    f"{_show(command)}")
+        try:
+            out.append((command, _fields_of(command, {k: v for k, v in r.items() if k != "command"}, obs_space,
+                                            action_space, dist_size)))
+        except RequestError as e:
+            raise RequestError(e.status, f"batch: requests[{i}]: {e.reason}") from None
+    return out
+
+
+def _fields_of(command: str, msg: dict[str, Any], obs_space: gym.Space, action_space: gym.Space,
+               dist_size: int) -> dict[str, Any]:
     fields = FIELDS[command]
     for key in msg:
         if key not in fields:
@@ -150,7 +192,7 @@ def columns_of(cols: Any, obs_space: gym.Space, action_space: gym.Space, dist_si
             raw = base64.b64decode(data, validate=True) if isinstance(data, str) else None
         except ValueError:
             raw = None
-        size = dtype.itemsize * int(np.prod(shape))
+        size = dtype.itemsize * math.prod(shape)
         if raw is None or len(raw) % size:
             raise RequestError(400, f"samples: column '{name}' must be base64 of {dtype} values, {size} bytes a row")
         a = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(-1, *shape)
