@@ -46,7 +46,7 @@ import numpy as np
 
 from rlrun.serving.wire import PROTOCOL, SERVER_HEADER, encode_array
 
-SEND_BATCH = 32  # local mode: queued starts and uploads sent together (and queued at most: data stays fresh)
+SEND_BATCH = 32  # local mode: queued starts and uploads sent together in one request, at most
 RETRY_ERRORS = (OSError, http.client.HTTPException)  # refused, reset, timed out, cut mid-answer
 
 
@@ -70,7 +70,7 @@ class RequestRejected(Exception):
 class PolicyClient:
     def __init__(self, address: str, token: str | None = None, token_file: str | Path | None = None,
                  inference: str = "remote", timeout_s: float = 30.0, retry_s: float = 60.0,
-                 update_interval_s: float = 10.0, upload_rows: int = 64) -> None:
+                 update_interval_s: float = 10.0, upload_rows: int = 64, max_pending_rows: int = 256) -> None:
         if inference not in ("remote", "local"):
             raise ValueError(f"PolicyClient: inference must be 'remote' or 'local', got {inference!r}")
         if (token is None) == (token_file is None):
@@ -94,9 +94,16 @@ class PolicyClient:
         self._server_version = 0  # the newest weights the server has announced
         self._rows: dict[str, list[list[Any]]] = {}  # local mode: recorded rows not yet uploaded, per episode
         # local mode: start_episode and uploads go out in order from a background thread, so stepping
-        # never waits for the server (that wait was 22% of a client's time, py-spy); a full outbox
-        # (the server holding answers back while a train batch waits) makes the caller wait
-        self._outbox: queue.Queue[tuple[int, str, dict[str, Any]] | None] = queue.Queue(maxsize=SEND_BATCH)
+        # never waits for the server (that wait was 22% of a client's time, py-spy). At most
+        # max_pending_rows rows are queued or in flight; past that the caller waits, as it does while
+        # the server holds answers back for a waiting train batch. Rows acted with old weights stay
+        # few: with 2,048 pending rows PPO missed its learning target (466 at 150k env steps), with
+        # 512 one seed of three did; with 256 all three met it (87k-99k), at ~19k instead of ~24k env
+        # steps/s for 4 clients x 32 episodes (experiments/external_env).
+        self._outbox: queue.Queue[tuple[int, str, dict[str, Any], int] | None] = queue.Queue()
+        self.max_pending_rows = max_pending_rows
+        self._pending = threading.Condition()
+        self._pending_rows = 0
         self._sender: threading.Thread | None = None
         self._failure: Exception | None = None  # what the sender met; raised by the next call
         self._generation = 0  # raising a failure starts a new one: what was queued before is dropped
@@ -220,15 +227,20 @@ class PolicyClient:
                    "rewards": np.asarray(rewards, np.float32), "action_logp": np.asarray(logp, np.float32),
                    "vf_preds": np.asarray(values, np.float32), "action_dist_inputs": np.asarray(dist, np.float32)}
         self._send("samples", {"episode_id": episode_id, "end": end, "next_observation": _plain(np.asarray(next_obs)),
-                               "columns": {k: encode_array(v) for k, v in columns.items()}})
+                               "columns": {k: encode_array(v) for k, v in columns.items()}}, len(rows))
 
-    def _send(self, command: str, message: dict[str, Any]) -> None:
-        """Local mode: queue a request for the sender thread (after raising what it met before)."""
+    def _send(self, command: str, message: dict[str, Any], rows: int = 0) -> None:
+        """Local mode: queue a request for the sender thread (after raising what it met before),
+        waiting while ``max_pending_rows`` rows are queued or in flight."""
         self._raise_failure()
         if self._sender is None:
             self._sender = threading.Thread(target=self._send_loop, name="rlrun-client-sender", daemon=True)
             self._sender.start()
-        self._outbox.put((self._generation, command, message))
+        with self._pending:
+            while self._pending_rows and self._pending_rows + rows > self.max_pending_rows:
+                self._pending.wait()
+            self._pending_rows += rows
+        self._outbox.put((self._generation, command, message, rows))
 
     def _send_loop(self) -> None:
         """Send what is queued, everything waiting at once as one ``batch`` request (in order)."""
@@ -241,7 +253,7 @@ class PolicyClient:
                     break
             try:
                 # what was queued before a failure was raised belongs to episodes that are gone
-                live = [(c, m) for it in items if it is not None and it[0] == self._generation for c, m in [it[1:]]]
+                live = [(it[1], it[2]) for it in items if it is not None and it[0] == self._generation]
                 if live:
                     for (command, _), answer in zip(live, self._batch(live), strict=False):
                         if command == "samples":
@@ -251,6 +263,9 @@ class PolicyClient:
                     if items[0] is not None and items[0][0] == self._generation:
                         self._failure = self._failure or e
             finally:
+                with self._pending:
+                    self._pending_rows -= sum(it[3] for it in items if it is not None)
+                    self._pending.notify_all()
                 for _ in items:
                     self._outbox.task_done()
             if items[-1] is None:
