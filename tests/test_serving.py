@@ -427,6 +427,16 @@ def test_server_settings_are_checked_before_training(tmp_path):
                  f"rollout.server.token_file={token}", "tracking=none"], tmp_path)
     assert p.returncode == 2 and "readable or writable by others (mode 0644)" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    import socket
+
+    with socket.socket() as taken:  # the port is in use: one line, and no fresh token file left behind
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = run_cli(["+experiment=ppo_cartpole", "rollout=server", f"rollout.server.port={port}", "tracking=none",
+                     "rollout.server.token_file=fresh.token"], tmp_path)
+    assert p.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "fresh.token").exists(), p.stderr
 
 
 @pytest.mark.parametrize("share", [False, True])

@@ -61,21 +61,28 @@ class ServerWorker(WorkerBase):
         self.explore = True
         self.env_steps_sampled = 0
         self.fragment_length = int(spec.rollout.rollout_fragment_length) * int(spec.rollout.num_envs_per_worker)
-        token = load_or_create_token(Path(spec.launch_dir or os.getcwd()) / s.token_file)
+        token_path = Path(spec.launch_dir or os.getcwd()) / s.token_file
+        fresh = not token_path.exists()
+        token = load_or_create_token(token_path)
         self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes, max_backlog=self.fragment_length)
         info = {"protocol": PROTOCOL, "observation_space": space_to_json(self.obs_space),
                 "action_space": space_to_json(self.action_space), "env_id": spec.env.id}
         self._config = to_dict(policy_factory.cfg) if isinstance(policy_factory, PolicyFactory) else None
         self._payload: dict[str, Any] = {}
-        self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
-                                   s.max_clients, s.max_request_bytes, policy=self._policy_payload,
-                                   dist_size=self.policy.dist_class.required_inputs(self.action_space))
+        try:
+            self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
+                                       s.max_clients, s.max_request_bytes, policy=self._policy_payload,
+                                       dist_size=self.policy.dist_class.required_inputs(self.action_space))
+        except ConfigError:  # e.g. the port is taken: a token nobody will use is not left behind
+            if fresh:
+                token_path.unlink(missing_ok=True)
+            raise
         if s.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"rlrun: warning: rollout.server.host={s.host}: the policy server is reachable from other "
                   "machines; anyone holding the token can drive episodes", file=sys.stderr, flush=True)
         self.server.start()
-        print(f"rlrun: policy server listening on {self.server.address} (token in "
-              f"{Path(spec.launch_dir or os.getcwd()) / s.token_file})", file=sys.stderr, flush=True)
+        print(f"rlrun: policy server listening on {self.server.address} (token in {token_path})", file=sys.stderr,
+              flush=True)
 
     def _sync_actor(self) -> None:
         with self._actor_lock:
