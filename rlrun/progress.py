@@ -14,6 +14,7 @@ from typing import Any
 
 RETURN = "rollout/episode_return_mean"
 EVAL_RETURN = "eval/episode_return_mean"
+LOSS = "train/loss/total"
 BUDGETS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")  # first set one wins
 
 
@@ -22,7 +23,8 @@ class ProgressLine:
     with the return against the target; otherwise one plain line every ``every_s`` seconds. An
     evaluation result is always printed on a line of its own."""
 
-    def __init__(self, enabled: bool = True, every_s: float = 5.0, stop: Mapping[str, float] | None = None) -> None:
+    def __init__(self, enabled: bool = True, every_s: float = 5.0, stop: Mapping[str, float] | None = None,
+                 evaluated: bool = True) -> None:
         self.enabled = enabled
         self.tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
         self.every_s = every_s
@@ -32,6 +34,7 @@ class ProgressLine:
         self._bar: Any = None
         self._task: Any = None
         self._last_eval = math.nan  # an offline run shows its last greedy return: it samples no episodes
+        self.evaluated = evaluated  # False (evaluation.interval 0): an offline run shows its training loss
 
     def _text(self, r: Mapping[str, float]) -> str:
         # the return the run is stopped on (a multi-agent run's rollout/<policy>/...), else the episode return
@@ -41,6 +44,8 @@ class ProgressLine:
         steps = "steps"
         if "offline/rows_read" in r and math.isnan(ret):  # trained from files only: rows, and the greedy return
             key, label, ret, steps = EVAL_RETURN, "eval return", self._last_eval, "rows"
+            if not self.evaluated:  # no greedy return to show (e.g. no env): the training loss
+                key, label, ret = LOSS, "loss", r.get(LOSS, math.nan)
         target = f" / {self.stop[key]:g}" if key in self.stop else ""
         return (f"iter {int(r['training_iteration']):>5}  {steps} {int(r['timesteps_total']):>9,}  "
                 f"{label} {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} {steps}/s  "

@@ -197,9 +197,10 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     if sweep is not None:
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
-    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed,
-                       ProgressLine(cfg.progress, stop=cfg.stop), checkpoint=out_dir / "checkpoints",
-                       metric_rows=list(resumed.history) if resumed else [], run_name=run_name)
+    progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
+    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
+                       checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [],
+                       run_name=run_name)
 
 
 def _replay_history(ctx: _RunContext) -> None:

@@ -269,6 +269,8 @@ def test_bc_trains_without_an_env_and_its_policy_plays_on_one_later(recorded, tm
                  "stop.training_iteration=60", f"output_dir={tmp_path / 'bc'}"], tmp_path)
     assert p.returncode == 0, p.stderr
     assert run_summary(p.stdout)["return"].startswith("no episode finished")
+    first = next(ln for ln in p.stdout.splitlines() if ln.startswith("iter "))  # no greedy return: the loss
+    assert "  loss " in first and "nan" not in first, first
     p = eval_cli([f"checkpoint={tmp_path / 'bc'}", "env=CartPole-v1", "episodes=20", "log=false",
                   f"out={tmp_path / 'eval'}"], tmp_path)
     assert p.returncode == 0, p.stderr
