@@ -390,8 +390,10 @@ time.sleep(600)
     report = finished(driver)
     assert report["run_finished"] and not report["torch_imported"]
     assert run.metric("workers/num_abandoned_episodes")[-1] == 1
-    # every episode the surviving client finished was trained on and counted
-    assert run.metric("episodes_total")[-1] >= report["episodes"] - 1
+    # every episode the surviving client finished was trained on and counted, except the ones that
+    # ended while the last batch trained (rows past the last cut are never trained on): with four
+    # episodes side by side that was 2 of 157 once, so allow two per env slot
+    assert run.metric("episodes_total")[-1] >= report["episodes"] - 8, (run.metric("episodes_total"), report)
 
 
 @pytest.mark.slow
