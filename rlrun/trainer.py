@@ -191,11 +191,11 @@ class Trainer:
     def _worker_metrics(self) -> dict[str, float]:
         """Worker health; only with remote workers (in-process sampling has none to report), and what
         the local worker reports itself (the policy server's requests and abandoned episodes)."""
-        if not self.workers.num_workers:
-            return self.workers.local_worker.extra_metrics()
         w = self.workers
+        if not w.num_workers:
+            return w.extra_metrics()
         return {"workers/num_healthy": w.num_healthy_workers, "workers/num_restarts": w.num_worker_restarts,
-                "workers/num_dropped_fragments": w.num_dropped_fragments}
+                "workers/num_dropped_fragments": w.num_dropped_fragments, **w.extra_metrics()}
 
     def evaluate(self) -> EvalResult:
         """Greedy episodes with the current policy on separate, reused envs."""
@@ -267,7 +267,7 @@ class Trainer:
         ``finished=False``: the run was interrupted or failed (a policy server tells its clients to retry,
         not that the run is over)."""
         if not finished:
-            self.workers.local_worker.mark_interrupted()
+            self.workers.mark_interrupted()
         for writer in self.writers.values():
             writer.close()
         if self._eval_env is not None:

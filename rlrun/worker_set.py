@@ -12,14 +12,18 @@ healthy workers. Past ``max_worker_restarts`` restarts the run stops with ``Work
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from rlrun.batch import SampleBatch
 from rlrun.config import RunConfig
 from rlrun.errors import PluginError, RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
 from rlrun.ray_instance import init_ray, shutdown_ray
-from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerSpec
+from rlrun.schema import ConfigError
+from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerBase, WorkerSpec
 
+# how a ConfigError raised in a Ray worker's constructor reads in the RayActorError
+CONSTRUCTOR_CONFIG_ERROR = re.compile(r"ConfigError: (.+)$", re.MULTILINE)
 RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
 
 
@@ -36,11 +40,13 @@ def _raise_user_error(e: Any) -> None:
         raise cause from None
 
 
-def worker_class(cfg: RunConfig) -> Any:
+def worker_class(cfg: RunConfig, local: bool = False) -> Any:
     """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set, or ServerWorker
-    (external clients drive the episodes) with ``rollout=server``, or SpacesOnlyWorker (no env: rows
-    come from ``input`` files) with ``env.id: null``."""
-    if cfg.rollout.server is None and cfg.env.id is None:
+    (external clients drive the episodes) with ``rollout=server``, or SpacesOnlyWorker (it never
+    samples) for the local worker of a run without an env (``env.id: null``: rows come from
+    ``input`` files) or of a ``rollout=server`` run whose servers are Ray workers."""
+    serving_remotely = local and cfg.rollout.server is not None and cfg.rollout.num_workers > 0
+    if (cfg.rollout.server is None and cfg.env.id is None) or serving_remotely:
         from rlrun.offline.worker import SpacesOnlyWorker
 
         return SpacesOnlyWorker
@@ -64,8 +70,9 @@ class WorkerSet:
         self.launch_dir = policy_factory.launch_dir
         self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
         self.worker_cls = worker_class(cfg)
-        self.local_worker = self.worker_cls(self._spec(cfg.seed, 0), policy_factory)
         self.num_workers = cfg.rollout.num_workers
+        self._server_token: str | None = None
+        self.local_worker = worker_class(cfg, local=True)(self._spec(cfg.seed, 0), policy_factory)
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
         self._episodes = EpisodeStats([], [], {}, {})
@@ -81,11 +88,26 @@ class WorkerSet:
     def _start_remote(self) -> None:
         import ray
 
+        serving = self.cfg.rollout.server is not None
+        if serving:  # one token for every endpoint, from the driver's file: a worker's node may not have it
+            from rlrun.serving.worker import server_token
+
+            self._server_token, token_path, fresh = server_token(self._spec(self.cfg.seed, 0))
         self._ray_owned = init_ray(self.cfg.rollout.ray)
         self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(self.worker_cls)
         for i in range(1, self.num_workers + 1):
             self._remote[i] = self._make_actor(i)
-        self._wait_placed()
+        try:
+            self._wait_placed()
+        except ConfigError:
+            if serving and fresh:  # e.g. a port is taken: a token nobody will use is not left behind
+                token_path.unlink(missing_ok=True)
+            raise
+        if serving:
+            from rlrun.serving.worker import announce_servers
+
+            addresses = ray.get([w.address.remote() for _, w in sorted(self._remote.items())])
+            announce_servers(self._spec(self.cfg.seed, 0), addresses, token_path, on_ray=True)
         self.sync_weights()
 
     def _wait_placed(self) -> None:
@@ -96,6 +118,7 @@ class WorkerSet:
         timeout = self.cfg.rollout.ray.start_timeout_s
         refs = [a.__ray_ready__.remote() for a in self._remote.values()]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        self._raise_constructor_error(ready)
         if pending:
             total = ray.cluster_resources().get("CPU", 0)
             free = ray.available_resources().get("CPU", 0)
@@ -111,6 +134,24 @@ class WorkerSet:
                 "at once / give them fewer CPUs (hydra.launcher.ray.remote.num_cpus)"
             )
 
+    def _raise_constructor_error(self, ready: list[Any]) -> None:
+        """A worker whose constructor refused the config (a policy server's port is taken): that
+        one line (exit 2), not restarts that would only repeat it."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError as e:
+                if m := CONSTRUCTOR_CONFIG_ERROR.search(str(e)):
+                    for a in self._remote.values():
+                        ray.kill(a, no_restart=True)
+                    self._remote.clear()
+                    raise ConfigError(m[1].strip()) from None
+                raise WorkerFailure(f"rollout: a rollout worker failed to start: {_first_and_last_line(str(e))}") \
+                    from None
+
     def _make_actor(self, index: int) -> Any:
         seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
         return self._actor_cls.remote(self._spec(seed, index), self.policy_factory)
@@ -118,7 +159,8 @@ class WorkerSet:
     def _spec(self, seed: int, index: int) -> WorkerSpec:
         c = self.cfg
         return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
-                          callbacks=tuple(c.callbacks), record_next_obs=c.output is not None)
+                          callbacks=tuple(c.callbacks), record_next_obs=c.output is not None,
+                          server_token=self._server_token if index else None)
 
     @property
     def ray_address(self) -> str | None:
@@ -236,6 +278,39 @@ class WorkerSet:
         if remote:  # the local worker's filters are the learner's own: nothing to merge
             self.local_worker.apply_filter_deltas(eps.filter_deltas or {})
 
+    def extra_metrics(self) -> dict[str, float]:
+        """The workers' own counters (a policy server's requests, abandoned episodes), summed over
+        the local worker and the remote ones (asked only if their class reports any)."""
+        out = dict(self.local_worker.extra_metrics())
+        if self._remote and self.worker_cls.extra_metrics is not WorkerBase.extra_metrics:
+            import ray
+
+            for m in ray.get([w.extra_metrics.remote() for w in self._remote.values()], timeout=60):
+                for k, v in m.items():
+                    out[k] = out.get(k, 0.0) + v
+        return out
+
+    def mark_interrupted(self) -> None:
+        """The run stops without finishing: every worker is told before ``stop()`` (a policy server
+        answers "retry", not "run finished")."""
+        self.local_worker.mark_interrupted()
+        self._on_remotes("mark_interrupted", 10.0)
+
+    def _on_remotes(self, method: str, timeout: float) -> None:
+        """Call ``method`` on every remote worker and wait up to ``timeout`` s; a dead worker is skipped."""
+        if not self._remote:
+            return
+        import ray
+
+        refs = [getattr(w, method).remote() for w in self._remote.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as e:  # the worker is stopping anyway; say why, go on
+                logging.getLogger("rlrun").warning("rollout worker %s failed: %s", method,
+                                                   _first_and_last_line(str(e)))
+
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed (on any worker) since the last call, with the callbacks' custom metrics."""
         out, self._episodes = self._episodes, EpisodeStats([], [], {}, {})
@@ -283,6 +358,8 @@ class WorkerSet:
             return
         import ray
 
+        s = self.cfg.rollout.server  # let policy servers answer "run finished" for their grace time
+        self._on_remotes("stop", (s.finish_grace_s if s is not None else 0.0) + 10.0)
         for w in self._remote.values():
             ray.kill(w, no_restart=True)
         self._remote.clear()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -119,6 +119,7 @@ class WorkerSpec:
     launch_dir: str | None = None  # where plugin modules are looked up
     callbacks: tuple[str, ...] = ()  # registered Callbacks names, called in order
     record_next_obs: bool = False  # add NEXT_OBS even if the algorithm does not need it (``output`` records it)
+    server_token: str | None = field(default=None, repr=False)  # rollout=server on Ray workers: the driver's token
 
 
 class WorkerBase:
@@ -144,8 +145,13 @@ class WorkerBase:
         """The run stops without finishing (signal, failure); called before ``stop()``."""
 
     def extra_metrics(self) -> dict[str, float]:
-        """Metrics of this kind of worker beyond episodes (the policy server's requests)."""
+        """Metrics of this kind of worker beyond episodes (the policy server's requests): counts, so
+        the WorkerSet sums them over its workers."""
         return {}
+
+    def address(self) -> str | None:
+        """Where external applications reach this worker (its policy server's URL), if anywhere."""
+        return None
 
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed since the last call (and forget them), custom metrics, filter deltas."""

@@ -217,32 +217,32 @@ SPACES_ONLY = ("env.id=null", "env.observation_space={type: Box, shape: [4]}",
 
 class ServerRun:
     """``python -m rlrun ... rollout=server rollout.server.port=0`` in ``cwd``; the address is read
-    from the line the server prints."""
+    from the line the server prints (``endpoints`` lines with policy servers on Ray workers)."""
 
-    def __init__(self, cwd: Path, *args: str, port: int = 0) -> None:
+    def __init__(self, cwd: Path, *args: str, port: int = 0, endpoints: int = 1) -> None:
         self.cwd = cwd
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server",
                                       f"rollout.server.port={port}"],
                                      cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.stderr: list[str] = []
-        self.address = ""
+        self.addresses: list[str] = []
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(self.addresses) < endpoints:
             line = self.proc.stderr.readline()
             if not line:
                 break
             self.stderr.append(line)
             if m := re.search(r"policy server listening on (http://\S+)", line):
-                self.address = m[1]
-                break
-        assert self.address, "".join(self.stderr)
+                self.addresses.append(m[1])
+        assert len(self.addresses) == endpoints, "".join(self.stderr)
+        self.address = self.addresses[0]
         self._drain = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
         self._drain.start()
         self.token = (cwd / "server.token").read_text().strip()
 
-    def driver(self, seed: int, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(DRIVER), "--address", self.address, "--token-file",
+    def driver(self, seed: int, *extra: str, address: str | None = None) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(DRIVER), "--address", address or self.address, "--token-file",
                                  str(self.cwd / "server.token"), "--seed", str(seed), *extra], cwd=self.cwd,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -254,9 +254,14 @@ class ServerRun:
         return out
 
     def metric(self, key: str) -> list[float]:
-        client = MlflowClient(tracking_uri=f"sqlite:///{self.cwd / 'mlflow.db'}")
-        (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-        return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+        return run_metric(self.cwd, key)
+
+
+def run_metric(cwd: Path, key: str) -> list[float]:
+    """``key``'s history in the only MLflow run of ``cwd/mlflow.db``."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
 
 
 def finished(driver: subprocess.Popen) -> dict:
@@ -367,6 +372,62 @@ def test_ppo_learns_from_four_remote_clients_while_10k_bad_requests_arrive(tmp_p
     assert len(rss) >= 3 and max(rss[1:]) - rss[1] < 30, rss  # MiB, after the first 2,000 requests
 
 
+# run inside a network namespace of its own (conftest.isolated): the trainer, its Ray workers and the
+# clients, which reach the Ray workers' policy servers on that namespace's 127.0.0.1
+ON_RAY_WORKERS = """
+import json, socket, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from tests.test_serving import ServerRun, finished
+cwd = Path({cwd!r})
+args = ["+experiment=ppo_cartpole", "stop.timesteps_total=8192", "tracking.log_model=false", "rollout.num_workers=2"]
+taken = socket.socket()
+taken.bind(("127.0.0.1", 9901))  # worker 2's port (9900 + 1) is taken
+taken.listen(1)
+refused = subprocess.run([sys.executable, "-m", "rlrun", *args, "tracking=none", "rollout=server",
+                          "rollout.server.port=9900"], cwd=cwd,
+                         capture_output=True, text=True, env={{**__import__("os").environ, "PYTHONPATH": {repo!r}}})
+taken.close()
+token_left = (cwd / "server.token").exists()
+run = ServerRun(cwd, *args, port=9900, endpoints=2)
+# two clients on each endpoint: remote inference on worker 1's, local inference on worker 2's
+drivers = [run.driver(s, *(("--inference", "local") if i else ()), address=a)
+           for i, a in enumerate(run.addresses) for s in (0, 1)]
+run.wait()
+print(json.dumps({{"refused": [refused.returncode, refused.stderr], "token_left": token_left,
+                  "addresses": run.addresses, "reports": [finished(d) for d in drivers]}}))
+"""
+
+
+@pytest.mark.slow
+def test_policy_servers_on_two_ray_workers(tmp_path):
+    """``rollout.num_workers=2``: each Ray worker serves its own endpoint (port, port + 1) with the
+    driver's token; clients of both train one policy, get a clean "run finished", and the servers'
+    counters are summed over the workers. A taken port of worker 2 is one line, exit 2, and leaves
+    no fresh token behind."""
+    from .conftest import isolated
+
+    code = ON_RAY_WORKERS.format(repo=str(REPO), cwd=str(tmp_path))
+    proc = subprocess.run(isolated([sys.executable, "-c", code]), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    code_, err = out["refused"]
+    assert code_ == 2 and err.strip().splitlines() == [
+        "rlrun: error: rollout.server: cannot listen on 127.0.0.1:9901 (Address already in use); choose another "
+        "rollout.server.port (0 picks a free one) (Ray worker 2 of rollout.num_workers listens on "
+        "rollout.server.port + 1)"], err
+    assert not out["token_left"]
+    assert out["addresses"] == ["http://127.0.0.1:9900", "http://127.0.0.1:9901"]
+    reports = out["reports"]
+    assert all(r["run_finished"] and r["steps"] > 0 for r in reports), reports
+    assert run_metric(tmp_path, "workers/num_healthy")[-1] == 2
+    assert run_metric(tmp_path, "timesteps_total")[-1] >= 8192
+    # remote-inference requests of worker 1's two clients alone are one per step at least
+    assert run_metric(tmp_path, "server/requests")[-1] >= reports[0]["steps"] + reports[1]["steps"]
+    assert not run_metric(tmp_path, "workers/num_abandoned_episodes")  # logged once it is not 0
+    assert run_metric(tmp_path, "server/open_episodes")[-1] >= 4  # the four clients' episodes, summed
+
+
 @pytest.mark.slow
 def test_a_client_killed_mid_episode_loses_only_that_episode(tmp_path):
     # no env on the server's side (spaces declared): the clients own the only ones
@@ -420,8 +481,8 @@ def test_a_resumed_run_tells_its_clients_to_start_new_episodes(tmp_path):
 
 
 def test_server_settings_are_checked_before_training(tmp_path):
-    p = run_cli(["+experiment=ppo_cartpole", "rollout=server", "rollout.num_workers=2"], tmp_path)
-    assert p.returncode == 2 and "rollout.num_workers: must be 0 with rollout=server" in p.stderr, p.stderr
+    p = run_cli(["+experiment=ppo_cartpole", "rollout=server", "rollout.batch_mode=complete_episodes"], tmp_path)
+    assert p.returncode == 2 and "rollout.batch_mode: rollout=server hands out episodes" in p.stderr, p.stderr
     token = tmp_path / "open.token"
     token.write_text("x" * 32)
     token.chmod(0o644)

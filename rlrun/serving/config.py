@@ -14,8 +14,6 @@ def check_server_config(cfg: Any) -> None:
     if s is None:
         return
     unsupported = [
-        (r.num_workers == 0, f"rollout.num_workers: must be 0 with rollout=server (the trainer's process serves "
-                             f"every client; server endpoints on Ray workers are not built yet), got {r.num_workers}"),
         (r.batch_mode == "truncate_episodes", "rollout.batch_mode: rollout=server hands out episodes as their steps "
                                               "arrive; use truncate_episodes"),
         (r.observation_filter == "none", "rollout.observation_filter: rollout=server takes raw observations; "

@@ -6,6 +6,11 @@ the next observation.
 
 The server answers from its own copy of the policy (in the HTTP thread), refreshed with the
 learner's weights at every ``sample()``, the same schedule remote workers get weights on.
+
+On Ray workers (``rollout.num_workers: N``) every remote worker is a ServerWorker with its own
+endpoint, on ``port + i - 1`` for worker ``i`` (each on any free port with ``port: 0``); they use
+the driver's token, and the trainer prints every address. The learner's local worker then serves
+nothing.
 """
 
 from __future__ import annotations
@@ -61,28 +66,27 @@ class ServerWorker(WorkerBase):
         self.explore = True
         self.env_steps_sampled = 0
         self.fragment_length = int(spec.rollout.rollout_fragment_length) * int(spec.rollout.num_envs_per_worker)
-        token_path = Path(spec.launch_dir or os.getcwd()) / s.token_file
-        fresh = not token_path.exists()
-        token = load_or_create_token(token_path)
+        token, token_path, fresh = server_token(spec)
         self.table = EpisodeTable(self._act, s.episode_timeout_s, s.max_episodes, max_backlog=self.fragment_length)
         info = {"protocol": PROTOCOL, "observation_space": space_to_json(self.obs_space),
                 "action_space": space_to_json(self.action_space), "env_id": spec.env.id}
         self._config = to_dict(policy_factory.cfg) if isinstance(policy_factory, PolicyFactory) else None
         self._payload: dict[str, Any] = {}
+        port = s.port + spec.worker_index - 1 if s.port and spec.worker_index else s.port
         try:
-            self.server = PolicyServer(s.host, s.port, token, self.table, (self.obs_space, self.action_space), info,
+            self.server = PolicyServer(s.host, port, token, self.table, (self.obs_space, self.action_space), info,
                                        s.max_clients, s.max_request_bytes, policy=self._policy_payload,
                                        dist_size=self.policy.dist_class.required_inputs(self.action_space))
-        except ConfigError:  # e.g. the port is taken: a token nobody will use is not left behind
+        except ConfigError as e:  # e.g. the port is taken: a token nobody will use is not left behind
             if fresh:
                 token_path.unlink(missing_ok=True)
+            if spec.worker_index and s.port:
+                raise ConfigError(f"{e} (Ray worker {spec.worker_index} of rollout.num_workers listens on "
+                                  f"rollout.server.port + {spec.worker_index - 1})") from None
             raise
-        if s.host not in ("127.0.0.1", "localhost", "::1"):
-            print(f"rlrun: warning: rollout.server.host={s.host}: the policy server is reachable from other "
-                  "machines; anyone holding the token can drive episodes", file=sys.stderr, flush=True)
         self.server.start()
-        print(f"rlrun: policy server listening on {self.server.address} (token in {token_path})", file=sys.stderr,
-              flush=True)
+        if spec.worker_index == 0:  # a Ray worker's endpoint is printed by the trainer (announce_servers)
+            announce_servers(spec, [self.server.address], token_path, on_ray=False)
 
     def _sync_actor(self) -> None:
         with self._actor_lock:
@@ -171,6 +175,9 @@ class ServerWorker(WorkerBase):
                 "server/open_episodes": float(self.table.num_open), "server/requests": float(self.server.requests),
                 "server/rejected_requests": float(self.server.rejected)}
 
+    def address(self) -> str:
+        return self.server.address
+
     def mark_interrupted(self) -> None:
         self.table.interrupted = True  # clients get 503 "retry" (the run may resume), not 410 "finished"
 
@@ -179,7 +186,34 @@ class ServerWorker(WorkerBase):
         self.server.stop(s.finish_grace_s if s is not None else 0.0)
 
     def __repr__(self) -> str:
-        return f"ServerWorker({self.server.address})"
+        server = getattr(self, "server", None)  # Ray shows a worker whose constructor failed too
+        return f"ServerWorker({server.address if server else 'not listening'})"
+
+
+def server_token(spec: WorkerSpec) -> tuple[str, Path, bool]:
+    """(token, token file, whether this call created the file): the driver's token a Ray worker got
+    in its spec, or the one in ``rollout.server.token_file`` (created if missing)."""
+    s = spec.rollout.server
+    assert s is not None
+    path = Path(spec.launch_dir or os.getcwd()) / s.token_file
+    if spec.server_token is not None:
+        return spec.server_token, path, False
+    fresh = not path.exists()
+    return load_or_create_token(path), path, fresh
+
+
+def announce_servers(spec: WorkerSpec, addresses: list[str], token_path: Path, on_ray: bool) -> None:
+    """One stderr line per endpoint (tests and users read the address from it), and a warning when
+    the servers are reachable from other machines."""
+    s = spec.rollout.server
+    assert s is not None
+    if s.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"rlrun: warning: rollout.server.host={s.host}: the policy server is reachable from other "
+              "machines; anyone holding the token can drive episodes", file=sys.stderr, flush=True)
+    for i, address in enumerate(addresses):
+        where = f" (Ray worker {i + 1})" if on_ray else ""
+        print(f"rlrun: policy server listening on {address}{where} (token in {token_path})", file=sys.stderr,
+              flush=True)
 
 
 def load_or_create_token(path: Path) -> str:
