@@ -13,8 +13,11 @@ Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with clie
   gradient step per 4096 rows, so the serving path is what is measured): aggregate env steps/s the
   clients achieved, over each client's whole life (``client_steps_per_s``) and from its first step
   on (``steady_steps_per_s``: without process start, torch import and first weights).
+- ``ray``: the policy servers on 2 Ray workers (``rollout.num_workers=2``), 2 clients on each
+  endpoint: PPO learning with remote clients (per seed), and 4 clients' throughput (one episode a
+  client, 60k env steps) for remote / local inference x PPO / PG learners.
 
-    python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput]
+    python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput ray]
 
 Writes results/latest.md, results/<part>.csv, results/raw.json and results/latest.png.
 """
@@ -41,24 +44,36 @@ RESULTS = HERE / "results"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive TCP ports on 127.0.0.1 that nothing listens on right now."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        try:
+            for p in range(port + 1, port + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
 
 
 def session(work: Path, args: list[str], clients: int, driver_args: list[str], seed: int,
-            timeout: float = 1800) -> dict[str, object]:
-    """One run with ``clients`` driver processes; its summary and the clients' reports."""
+            timeout: float = 1800, endpoints: int = 1) -> dict[str, object]:
+    """One run with ``clients`` driver processes; its summary and the clients' reports. With
+    ``endpoints`` > 1 the policy servers are that many Ray workers, the clients spread over them."""
     work.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = free_ports(endpoints)
     t0 = time.perf_counter()
-    run = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server", f"rollout.server.port={port}",
+    ray = [f"rollout.num_workers={endpoints}"] if endpoints > 1 else []
+    run = subprocess.Popen([sys.executable, "-m", "rlrun", *args, "rollout=server", f"rollout.server.port={port}", *ray,
                             "tracking=none", f"seed={seed}", f"output_dir={work / 'run'}"], cwd=work, env=ENV,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (work / "server.token").exists() and run.poll() is None:
         time.sleep(0.1)
-    drivers = [subprocess.Popen([sys.executable, str(HERE / "driver.py"), "--address", f"http://127.0.0.1:{port}",
+    drivers = [subprocess.Popen([sys.executable, str(HERE / "driver.py"), "--address",
+                                 f"http://127.0.0.1:{port + i % endpoints}",
                                  "--token-file", str(work / "server.token"), "--seed", str(100 * seed + i),
                                  *driver_args], cwd=work, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True) for i in range(clients)]
@@ -97,6 +112,25 @@ def part_learn(root: Path, seeds: list[int]) -> list[dict[str, object]]:
         for name, (args, dargs) in LEARN.items():
             r = session(root / f"learn-{name}-{seed}", args, 4, dargs, seed)
             rows.append({"seed": seed, "run": name, **r})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def part_ray(root: Path, seeds: list[int]) -> list[dict[str, object]]:
+    """Policy servers on 2 Ray workers, 2 clients on each: PPO learning with remote clients per seed,
+    and one-episode-a-client throughput of each inference mode (PPO and PG learners)."""
+    rows = []
+    for seed in seeds:
+        r = session(root / f"ray-learn-{seed}", ["+experiment=ppo_cartpole"], 4, [], seed, endpoints=2)
+        rows.append({"what": "learn", "learner": "ppo", "inference": "remote", "seed": seed, **r})
+        print(json.dumps(rows[-1]), flush=True)
+    pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=4096", "algo.lr=1e-3"]
+    for learner, args in (("ppo", ["+experiment=ppo_cartpole"]), ("pg", pg)):
+        for mode in ("remote", "local"):
+            r = session(root / f"ray-tp-{learner}-{mode}",
+                        [*args, "stop.timesteps_total=60000", "++stop={rollout/episode_return_mean: null}"],
+                        4, ["--inference", mode], 0, endpoints=2)
+            rows.append({"what": "throughput", "learner": learner, "inference": mode, "seed": 0, **r})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -179,7 +213,7 @@ def plots(results: dict[str, list[dict[str, object]]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--parts", nargs="+", default=["learn", "throughput"])
+    ap.add_argument("--parts", nargs="+", default=["learn", "throughput", "ray"])
     args = ap.parse_args()
     RESULTS.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="rlrun-external-"))
@@ -189,6 +223,8 @@ def main() -> None:
             results["learn"] = part_learn(root, args.seeds)
         if "throughput" in args.parts:
             results["throughput"] = part_throughput(root)
+        if "ray" in args.parts:
+            results["ray"] = part_ray(root, args.seeds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     raw = RESULTS / "raw.json"
