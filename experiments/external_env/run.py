@@ -15,7 +15,8 @@ Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with clie
   on (``steady_steps_per_s``: without process start, torch import and first weights).
 - ``ray``: the policy servers on 2 Ray workers (``rollout.num_workers=2``), 2 clients on each
   endpoint: PPO learning with remote clients (per seed), and 4 clients' throughput (one episode a
-  client, 60k env steps) for remote / local inference x PPO / PG learners.
+  client, 60k env steps) for remote / local inference x PPO / PG learners, and with 32 episodes a
+  client (PG learner, 100k / 400k env steps).
 
     python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput ray]
 
@@ -132,6 +133,12 @@ def part_ray(root: Path, seeds: list[int]) -> list[dict[str, object]]:
                         4, ["--inference", mode], 0, endpoints=2)
             rows.append({"what": "throughput", "learner": learner, "inference": mode, "seed": 0, **r})
             print(json.dumps(rows[-1]), flush=True)
+    for mode, steps in (("remote", 100_000), ("local", 400_000)):  # 32 episodes a client, as in ``throughput``
+        r = session(root / f"ray-tp-pg-{mode}-32", [*pg, f"stop.timesteps_total={steps}",
+                                                    "++stop={rollout/episode_return_mean: null}"],
+                    4, ["--inference", mode, "--episodes", "32"], 0, endpoints=2)
+        rows.append({"what": "throughput, 32 episodes a client", "learner": "pg", "inference": mode, "seed": 0, **r})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
