@@ -18,7 +18,9 @@ Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with clie
   client, 60k env steps) for remote / local inference x PPO / PG learners, and with 32 episodes a
   client (PG learner, 100k / 400k env steps).
 
-    python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput ray]
+- ``repeat``: the local-inference target's row (4 clients x 32 episodes, PG) 3 times: the median.
+
+    python experiments/external_env/run.py [--seeds 0 1 2] [--parts learn throughput ray repeat]
 
 Writes results/latest.md, results/<part>.csv, results/raw.json and results/latest.png.
 """
@@ -142,6 +144,20 @@ def part_ray(root: Path, seeds: list[int]) -> list[dict[str, object]]:
     return rows
 
 
+def part_repeat(root: Path, reps: int = 3) -> list[dict[str, object]]:
+    """The local-inference target's row (4 clients x 32 episodes, PG learner, 400k env steps) ``reps``
+    times in a row: on this shared machine one run can be 25% off (median in the report)."""
+    rows = []
+    pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=4096", "algo.lr=1e-3"]
+    for rep in range(reps):
+        r = session(root / f"repeat-{rep}", [*pg, "stop.timesteps_total=400000",
+                                             "++stop={rollout/episode_return_mean: null}"],
+                    4, ["--inference", "local", "--episodes", "32"], rep)
+        rows.append({"rep": rep, "learner": "pg", "inference": "local", "clients": 4, "episodes_each": 32, **r})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def part_throughput(root: Path) -> list[dict[str, object]]:
     rows = []
     pg = ["algo=pg", "env=cartpole", "algo.train_batch_size=4096", "algo.lr=1e-3"]
@@ -184,6 +200,11 @@ def report(results: dict[str, list[dict[str, object]]]) -> None:
         if rs:
             lines.append(f"- {name}: median {statistics.median(float(r['env_steps']) for r in rs):.0f} env steps, "
                          f"{statistics.median(float(r['wall_s']) for r in rs):.1f} s whole process")
+    if rs := results.get("repeat"):
+        lines.append(f"- local inference, 4 clients x 32 episodes, PG, {len(rs)} runs: median "
+                     f"{statistics.median(float(r['client_steps_per_s']) for r in rs):.0f} env steps/s over the "
+                     f"clients' lives, {statistics.median(float(r['steady_steps_per_s']) for r in rs):.0f} from "
+                     "their first step")
     (RESULTS / "latest.md").write_text("\n".join(lines) + "\n")
     plots(results)
     print((RESULTS / "latest.md").read_text())
@@ -220,7 +241,7 @@ def plots(results: dict[str, list[dict[str, object]]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--parts", nargs="+", default=["learn", "throughput", "ray"])
+    ap.add_argument("--parts", nargs="+", default=["learn", "throughput", "ray", "repeat"])
     args = ap.parse_args()
     RESULTS.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="rlrun-external-"))
@@ -232,6 +253,8 @@ def main() -> None:
             results["throughput"] = part_throughput(root)
         if "ray" in args.parts:
             results["ray"] = part_ray(root, args.seeds)
+        if "repeat" in args.parts:
+            results["repeat"] = part_repeat(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     raw = RESULTS / "raw.json"
