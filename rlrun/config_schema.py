@@ -78,6 +78,11 @@ class RayConfig:
     address: str | None = None
     num_cpus: int | None = None  # private instance only; null = all cores of this machine
     start_timeout_s: float = 120.0  # rollout actors not placed by then (CPUs all taken): the run fails, clearly
+    # Ray's runtime_env for this run's workers, e.g. {py_modules: [my_plugins]} ships a package (paths
+    # relative to the launch dir) to nodes that do not have the user's files; null: none
+    runtime_env: dict[str, Any] | None = None
+    # DEFAULT (Ray packs the workers) or SPREAD (over the cluster's nodes)
+    scheduling_strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
 
 
 @dataclass

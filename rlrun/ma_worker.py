@@ -165,4 +165,4 @@ class MultiAgentRolloutWorker(WorkerBase):
 
     def __repr__(self) -> str:
         return (f"MultiAgentRolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, "
-                f"copies={self.num_envs})")
+                f"copies={getattr(self, 'num_envs', '?')})")

@@ -8,31 +8,72 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from rlrun.config import RayConfig
 from rlrun.errors import RayConnectionError
 from rlrun.provenance import process_start
+from rlrun.schema import ConfigError
+
+RUNTIME_ENV_KEYS = ("py_modules", "working_dir", "excludes", "env_vars", "pip", "uv", "conda", "config")
 
 
-def init_ray(rc: RayConfig) -> bool:
-    """Start a private local Ray instance or join ``rc.address``. Returns True if we connected
-    (and so must shut down); False if Ray was already initialised by the caller."""
+def runtime_env(rc: RayConfig, launch_dir: str | Path | None) -> dict[str, Any] | None:
+    """``rollout.ray.runtime_env`` with local ``py_modules`` / ``working_dir`` paths made absolute
+    (relative ones are under the launch dir) and checked to exist. Raises ``ConfigError``."""
+    if rc.runtime_env is None:
+        return None
+    env = dict(rc.runtime_env)
+    unknown = sorted(set(env) - set(RUNTIME_ENV_KEYS))
+    if unknown:
+        raise ConfigError(f"rollout.ray.runtime_env: unknown key '{unknown[0]}'; known: {', '.join(RUNTIME_ENV_KEYS)}")
+    base = Path(launch_dir or os.getcwd())
+
+    def local(path: Any, key: str) -> str:
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"rollout.ray.runtime_env.{key}: expected a path or URI, got {path!r}")
+        if "://" in path:
+            return path  # a remote package Ray downloads itself
+        full = (base / path).resolve()
+        if not full.exists():
+            raise ConfigError(f"rollout.ray.runtime_env.{key}: {full} does not exist")
+        return str(full)
+
+    if "working_dir" in env:
+        env["working_dir"] = local(env["working_dir"], "working_dir")
+    if "py_modules" in env:
+        mods = env["py_modules"]
+        if not isinstance(mods, list | tuple):
+            raise ConfigError(f"rollout.ray.runtime_env.py_modules: expected a list of paths, got {mods!r}")
+        env["py_modules"] = [local(m, f"py_modules[{i}]") for i, m in enumerate(mods)]
+    return env
+
+
+def init_ray(rc: RayConfig, launch_dir: str | Path | None = None) -> bool:
+    """Start a private local Ray instance or join ``rc.address``, with ``rc.runtime_env`` for every
+    worker of this job. Returns True if we connected (and so must shut down); False if Ray was
+    already initialised by the caller."""
     import ray
 
     if ray.is_initialized():
         return False
-    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    env = runtime_env(rc, launch_dir)
+    if env is not None:
+        quiet["runtime_env"] = env
     if rc.address is None:
         # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
         keep_on_loopback()
         ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", _temp_dir=private_temp_dir(), **quiet)  # type: ignore[arg-type]
+                 _node_ip_address="127.0.0.1", _temp_dir=private_temp_dir(), **quiet)
         return True
     _check_reachable(rc.address)
     try:
-        ray.init(address=rc.address, **quiet)  # type: ignore[arg-type]
+        ray.init(address=rc.address, **quiet)
     except ConnectionError as e:
-        raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}") from None
+        hint = ("; a cluster with token authentication (Ray's default for `ray start --head`) needs "
+                "RAY_AUTH_MODE=token here too" if not os.environ.get("RAY_AUTH_MODE") else "")
+        raise RayConnectionError(f"rollout.ray.address: cannot join Ray cluster '{rc.address}': {e}{hint}") from None
     return True
 
 

@@ -87,8 +87,10 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         if ctx.resumed:
             ctx.trainer.set_state(ctx.resumed.state)
             _replay_history(ctx)
-        if ctx.trainer.workers.ray_address:
-            ctx.tracker.set_tags({"ray.address": ctx.trainer.workers.ray_address})
+        workers = ctx.trainer.workers
+        if workers.ray_address:  # where the Ray workers run: ray.worker.<i>.node = <resources or head>:<node id>
+            ctx.tracker.set_tags({"ray.address": workers.ray_address,
+                                  **{f"ray.worker.{i}.node": node for i, node in workers.placement().items()}})
         _loop(ctx, ctx.trainer)
         ctx.status = "FINISHED"
     except KeyboardInterrupt as e:

@@ -19,11 +19,13 @@ from rlrun.batch import SampleBatch
 from rlrun.config import RunConfig
 from rlrun.errors import PluginError, RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
 from rlrun.ray_instance import init_ray, shutdown_ray
+from rlrun.registry import RegistryError
 from rlrun.schema import ConfigError
 from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerBase, WorkerSpec
 
-# how a ConfigError raised in a Ray worker's constructor reads in the RayActorError
-CONSTRUCTOR_CONFIG_ERROR = re.compile(r"ConfigError: (.+)$", re.MULTILINE)
+# how a config or plugin error raised in a Ray worker's constructor reads in the RayActorError
+CONSTRUCTOR_CONFIG_ERROR = re.compile(r"(ConfigError|RegistryError|PluginError): (.+)$", re.MULTILINE)
+STANDARD_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory", "TPU"}
 RESTART_SEED_STRIDE = 1_000_003  # a restarted worker's envs get fresh seeds, still determined by the run seed
 
 
@@ -93,8 +95,10 @@ class WorkerSet:
             from rlrun.serving.worker import server_token
 
             self._server_token, token_path, fresh = server_token(self._spec(self.cfg.seed, 0))
-        self._ray_owned = init_ray(self.cfg.rollout.ray)
-        self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0)(self.worker_cls)
+        rc = self.cfg.rollout.ray
+        self._ray_owned = init_ray(rc, self.launch_dir)
+        self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0,
+                                     scheduling_strategy=rc.scheduling_strategy)(self.worker_cls)
         for i in range(1, self.num_workers + 1):
             self._remote[i] = self._make_actor(i)
         try:
@@ -135,8 +139,8 @@ class WorkerSet:
             )
 
     def _raise_constructor_error(self, ready: list[Any]) -> None:
-        """A worker whose constructor refused the config (a policy server's port is taken): that
-        one line (exit 2), not restarts that would only repeat it."""
+        """A worker whose constructor refused the config (a policy server's port is taken, a plugin
+        its node cannot import): that one line (exit 2), not restarts that would only repeat it."""
         import ray
         from ray.exceptions import RayActorError
 
@@ -148,7 +152,8 @@ class WorkerSet:
                     for a in self._remote.values():
                         ray.kill(a, no_restart=True)
                     self._remote.clear()
-                    raise ConfigError(m[1].strip()) from None
+                    cls = {"RegistryError": RegistryError, "PluginError": PluginError}.get(m[1], ConfigError)
+                    raise cls(m[2].strip().strip("'\"")) from None
                 raise WorkerFailure(f"rollout: a rollout worker failed to start: {_first_and_last_line(str(e))}") \
                     from None
 
@@ -161,6 +166,22 @@ class WorkerSet:
         return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
                           callbacks=tuple(c.callbacks), record_next_obs=c.output is not None,
                           server_token=self._server_token if index else None)
+
+    def placement(self) -> dict[str, str]:
+        """``{worker index: node}`` of the remote workers, a node named by its custom resources (those
+        given to ``ray start --resources``), or ``head``, and its id's first 8 characters."""
+        if not self._remote:
+            return {}
+        import ray
+
+        ids = ray.get([w.node_id.remote() for _, w in sorted(self._remote.items())], timeout=60)
+        names = {}
+        for n in ray.nodes():
+            res = n.get("Resources", {})
+            own = sorted(k for k in res if k not in STANDARD_RESOURCES and not k.startswith(("node:", "accelerator")))
+            label = "+".join(own) or ("head" if "node:__internal_head__" in res else "node")
+            names[n["NodeID"]] = f"{label}:{n['NodeID'][:8]}"
+        return {str(i): names.get(nid, nid[:8]) for i, nid in zip(sorted(self._remote), ids, strict=True)}
 
     @property
     def ray_address(self) -> str | None:

@@ -149,6 +149,12 @@ class WorkerBase:
         the WorkerSet sums them over its workers."""
         return {}
 
+    def node_id(self) -> str:
+        """The Ray node this worker runs on (a Ray actor only)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def address(self) -> str | None:
         """Where external applications reach this worker (its policy server's URL), if anywhere."""
         return None
@@ -370,7 +376,9 @@ class RolloutWorker(WorkerBase):
         self.env.close()
 
     def __repr__(self) -> str:
-        return f"RolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, num_envs={self.num_envs})"
+        # Ray shows a worker whose constructor failed too: no num_envs then
+        n = getattr(self, "num_envs", "?")
+        return f"RolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, num_envs={n})"
 
 
 def flatten_fragment(frag: SampleBatch) -> SampleBatch:

@@ -220,9 +220,28 @@ def run_console(block: Block, launch: Path) -> None:
 
 
 @pytest.mark.slow
+def run_cluster_block(block: Block, launch: Path) -> None:
+    """The "Several machines" recipe: its head and node as ``tests/test_cluster.two_nodes`` starts
+    them (the node cannot see the launch dir), then its ``rlrun`` command with ``HEAD_IP`` = 127.0.0.1."""
+    from tests.test_cluster import PLUGIN, two_nodes
+
+    export, head, node, cmd = commands(block)
+    assert export == "export RAY_AUTH_MODE=token"
+    assert head == "ray start --head --port=6379 --resources='{\"head_node\": 2}'"
+    assert node == "ray start --address=HEAD_IP:6379 --resources='{\"node2\": 2}'"
+    (launch / "my_plugins").mkdir(exist_ok=True)
+    (launch / "my_plugins" / "__init__.py").write_text(PLUGIN.replace("ShippedCartPole", "ReadmeCartPole"))
+    argv = two_nodes(with_budget(cmd.replace("HEAD_IP", "127.0.0.1")), str(launch), 6379,
+                     os.environ.get("RAY_TMPDIR", "/tmp"))
+    p = subprocess.run(argv, cwd=launch, capture_output=True, text=True, timeout=900, env=ENV)
+    assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+
+
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
 def test_readme_block_runs(block: Block, launch: Path):
-    if block.lang == "python":
+    if block.text.startswith("export RAY_AUTH_MODE=token"):
+        run_cluster_block(block, launch)
+    elif block.lang == "python":
         run_python(block, launch)
     elif block.lang == "console":
         run_console(block, launch)
