@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
+from dataclasses import replace
 from typing import Any
 
 from rlrun.batch import SampleBatch
@@ -38,7 +40,7 @@ def _raise_user_error(e: Any) -> None:
     """A remote worker's error that is the user's code breaking its contract (a callback raising, a
     plugin model's shapes): re-raised as itself, since restarting the worker would only repeat it."""
     cause = getattr(e, "cause", None)
-    if isinstance(cause, PluginError):
+    if isinstance(cause, PluginError | WorkerFailure):  # WorkerFailure: e.g. a policy server no client feeds
         raise cause from None
 
 
@@ -74,6 +76,7 @@ class WorkerSet:
         self.worker_cls = worker_class(cfg)
         self.num_workers = cfg.rollout.num_workers
         self._server_token: str | None = None
+        self._server_ports: dict[int, int] = {}
         self.local_worker = worker_class(cfg, local=True)(self._spec(cfg.seed, 0), policy_factory)
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
@@ -111,6 +114,9 @@ class WorkerSet:
             from rlrun.serving.worker import announce_servers
 
             addresses = ray.get([w.address.remote() for _, w in sorted(self._remote.items())])
+            # a restarted worker listens where its clients know it, also with port: 0
+            self._server_ports = {i: int(a.rsplit(":", 1)[1]) for i, a in zip(sorted(self._remote), addresses,
+                                                                            strict=True)}
             announce_servers(self._spec(self.cfg.seed, 0), addresses, token_path, on_ray=True)
         self.sync_weights()
 
@@ -159,7 +165,10 @@ class WorkerSet:
 
     def _make_actor(self, index: int) -> Any:
         seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
-        return self._actor_cls.remote(self._spec(seed, index), self.policy_factory)
+        spec = self._spec(seed, index)
+        if index in self._server_ports:
+            spec = replace(spec, server_port=self._server_ports[index])
+        return self._actor_cls.remote(spec, self.policy_factory)
 
     def _spec(self, seed: int, index: int) -> WorkerSpec:
         c = self.cfg
@@ -213,6 +222,12 @@ class WorkerSet:
         actor = self._make_actor(index)
         actor.set_weights.remote(self._weights_ref(), self._timestep(), self._filters())
         self._remote[index] = actor
+        if self.cfg.rollout.server is not None:  # where its clients find it now (a new port with port: 0)
+            try:
+                address = ray.get(actor.address.remote(), timeout=self.cfg.rollout.ray.start_timeout_s)
+            except Exception:  # it failed again: the next sample() restarts or stops the run
+                return
+            print(f"rlrun: policy server of Ray worker {index} restarted on {address}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> list[SampleBatch]:
@@ -228,6 +243,8 @@ class WorkerSet:
         out: list[SampleBatch] = []
         failed: list[tuple[int, str]] = []
         timeout = self.cfg.rollout.sample_timeout_s
+        if self.cfg.rollout.server is not None:  # a policy server's own timeout says why (no clients), first
+            timeout += 10.0
         for i, ref in futures:
             try:
                 batch, eps = ray.get(ref, timeout=timeout)
@@ -304,9 +321,7 @@ class WorkerSet:
         the local worker and the remote ones (asked only if their class reports any)."""
         out = dict(self.local_worker.extra_metrics())
         if self._remote and self.worker_cls.extra_metrics is not WorkerBase.extra_metrics:
-            import ray
-
-            for m in ray.get([w.extra_metrics.remote() for w in self._remote.values()], timeout=60):
+            for m in self._call_remotes("extra_metrics", 60.0):
                 for k, v in m.items():
                     out[k] = out.get(k, 0.0) + v
         return out
@@ -315,22 +330,25 @@ class WorkerSet:
         """The run stops without finishing: every worker is told before ``stop()`` (a policy server
         answers "retry", not "run finished")."""
         self.local_worker.mark_interrupted()
-        self._on_remotes("mark_interrupted", 10.0)
+        self._call_remotes("mark_interrupted", 10.0)
 
-    def _on_remotes(self, method: str, timeout: float) -> None:
-        """Call ``method`` on every remote worker and wait up to ``timeout`` s; a dead worker is skipped."""
+    def _call_remotes(self, method: str, timeout: float) -> list[Any]:
+        """``method``'s answers of the remote workers that gave one within ``timeout`` s; a dead or
+        slow worker is skipped (sampling notices a dead one and restarts it)."""
         if not self._remote:
-            return
+            return []
         import ray
 
         refs = [getattr(w, method).remote() for w in self._remote.values()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        out = []
         for ref in ready:
             try:
-                ray.get(ref)
-            except Exception as e:  # the worker is stopping anyway; say why, go on
+                out.append(ray.get(ref))
+            except Exception as e:  # say why, go on
                 logging.getLogger("rlrun").warning("rollout worker %s failed: %s", method,
                                                    _first_and_last_line(str(e)))
+        return out
 
     def get_metrics(self) -> EpisodeStats:
         """Episodes completed (on any worker) since the last call, with the callbacks' custom metrics."""
@@ -380,7 +398,7 @@ class WorkerSet:
         import ray
 
         s = self.cfg.rollout.server  # let policy servers answer "run finished" for their grace time
-        self._on_remotes("stop", (s.finish_grace_s if s is not None else 0.0) + 10.0)
+        self._call_remotes("stop", (s.finish_grace_s if s is not None else 0.0) + 10.0)
         for w in self._remote.values():
             ray.kill(w, no_restart=True)
         self._remote.clear()

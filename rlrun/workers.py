@@ -120,6 +120,7 @@ class WorkerSpec:
     callbacks: tuple[str, ...] = ()  # registered Callbacks names, called in order
     record_next_obs: bool = False  # add NEXT_OBS even if the algorithm does not need it (``output`` records it)
     server_token: str | None = field(default=None, repr=False)  # rollout=server on Ray workers: the driver's token
+    server_port: int | None = None  # a restarted Ray worker's policy server: the port its clients know
 
 
 class WorkerBase:

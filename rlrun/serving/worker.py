@@ -73,6 +73,8 @@ class ServerWorker(WorkerBase):
         self._config = to_dict(policy_factory.cfg) if isinstance(policy_factory, PolicyFactory) else None
         self._payload: dict[str, Any] = {}
         port = s.port + spec.worker_index - 1 if s.port and spec.worker_index else s.port
+        if spec.server_port is not None:
+            port = spec.server_port
         try:
             self.server = PolicyServer(s.host, port, token, self.table, (self.obs_space, self.action_space), info,
                                        s.max_clients, s.max_request_bytes, policy=self._policy_payload,
