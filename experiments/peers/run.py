@@ -96,8 +96,8 @@ print(json.dumps({{"env_steps": Stop.met or model.num_timesteps, "return": mean,
 
 
 def timed(argv: list[str], cwd: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=3600, env=ENV)
+    t0 = time.perf_counter()  # TMPDIR: SB3's logger writes a /tmp/SB3-<date> dir otherwise
+    p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=3600, env={**ENV, "TMPDIR": cwd})
     return p, time.perf_counter() - t0
 
 
