@@ -7,6 +7,7 @@ import queue
 
 from mlflow.tracking import MlflowClient
 
+from rlrun import mlflow_writer
 from rlrun import writer_messages as msg
 from rlrun.mlflow_writer import _one_run, _Run, _serve_jobs, _Shared
 
@@ -92,15 +93,27 @@ def test_the_shared_writer_refuses_connections_without_its_key(tmp_path):
         assert oct(os.stat(msg.Path(address).with_name(msg.AUTHKEY_FILE)).st_mode & 0o777) == "0o600"
         with __import__("pytest").raises(AuthenticationError):
             Client(address, family="AF_UNIX", authkey=b"not the key")
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+        def call() -> object:
+            with Client(address, family="AF_UNIX", authkey=msg.read_authkey(address)) as conn:
+                conn.send(msg.Call("end_parent_run", {"uri": uri, "parent_run_id": "nope", "status": "KILLED"}))
+                return conn.recv()
+
+        # the writer's imports, its warm-up and the store's creation (seconds on a busy machine) come first
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            call()
+            if time.monotonic() - t0 < 1:
+                break
         silent = socket.socket(socket.AF_UNIX)
         silent.connect(address)  # connects, never answers the challenge
-        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
         t0 = time.monotonic()
-        with Client(address, family="AF_UNIX", authkey=msg.read_authkey(address)) as conn:
-            conn.send(msg.Call("end_parent_run", {"uri": uri, "parent_run_id": "nope", "status": "KILLED"}))
-            reply = conn.recv()
+        reply = call()
         assert isinstance(reply, msg.Error) and "end_parent_run" in reply.message  # served: no such run
-        assert time.monotonic() - t0 < 8  # not held up by the silent client
+        # a writer held up by the silent client would answer only after its 10 s handshake timeout
+        assert time.monotonic() - t0 < mlflow_writer.HANDSHAKE_TIMEOUT_S / 2
         silent.close()
     finally:
         proc.stdin.close()

@@ -237,8 +237,12 @@ class ServerRun:
                 self.addresses.append(m[1])
         assert len(self.addresses) == endpoints, "".join(self.stderr)
         self.address = self.addresses[0]
-        self._drain = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
-        self._drain.start()
+        self.stdout: list[str] = []
+        # both pipes drained by threads of their own (communicate() would race the stderr reader)
+        self._drains = [threading.Thread(target=lambda pipe=pipe, into=into: into.extend(pipe), daemon=True)
+                        for pipe, into in ((self.proc.stderr, self.stderr), (self.proc.stdout, self.stdout))]
+        for drain in self._drains:
+            drain.start()
         self.token = (cwd / "server.token").read_text().strip()
 
     def driver(self, seed: int, *extra: str, address: str | None = None) -> subprocess.Popen:
@@ -248,10 +252,11 @@ class ServerRun:
                                 env={**os.environ, "PYTHONPATH": str(REPO)})
 
     def wait(self, timeout: float = 600, code: int = 0) -> str:
-        out, _ = self.proc.communicate(timeout=timeout)
-        self._drain.join(timeout=10)
+        self.proc.wait(timeout=timeout)
+        for drain in self._drains:
+            drain.join(timeout=10)
         assert self.proc.returncode == code, "".join(self.stderr)[-3000:]
-        return out
+        return "".join(self.stdout)
 
     def metric(self, key: str) -> list[float]:
         return run_metric(self.cwd, key)
@@ -471,7 +476,7 @@ def test_a_resumed_run_tells_its_clients_to_start_new_episodes(tmp_path):
     while not list(tmp_path.glob("outputs/*/*/checkpoints/iter_000003")) and time.monotonic() < deadline:
         time.sleep(0.2)
     first.proc.send_signal(signal.SIGTERM)
-    first.proc.communicate(timeout=120)
+    first.wait(timeout=120, code=143)  # SIGTERM: final checkpoint, exit 143
     assert driver.poll() is None  # not told the run had finished
     second = ServerRun(tmp_path, *args, "resume=latest", port=port)
     second.wait()
