@@ -49,7 +49,7 @@ def _main(cfg: DictConfig) -> float | None:
     try:
         run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"),
                                     hc.runtime.output_dir)
-        result = run(run_cfg, launch_dir=launch_dir)
+        result = run(run_cfg, launch_dir=launch_dir, background_finish=not run_cfg.tracking.wait)
     except USER_ERRORS as e:
         from rlrun.cli_errors import blame_preset
 

@@ -127,6 +127,10 @@ class TrackingConfig:
     experiment_name: str | None = None  # None: the +experiment config's name, else DEFAULT_EXPERIMENT
     run_name: str | None = None
     log_model: bool = True  # the final policy as MLflow model `model` (greedy actions; ~1.5 s at the end)
+    # false: a finished `rlrun` run returns once training ends; its writer process finishes the MLflow
+    # record (model, learning curve, status) in the background and `rlrun-wait` waits for it.
+    # true: `rlrun` returns once MLflow holds everything. Sweeps and the Python API always wait.
+    wait: bool = False
 
 
 @dataclass

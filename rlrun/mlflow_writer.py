@@ -195,7 +195,10 @@ def _serve(conn: Connection, shared: _Shared) -> None:
     def reader() -> None:
         try:
             while True:
-                jobs.put(conn.recv())
+                job = conn.recv()
+                if isinstance(job, msg.End) and job.pending_file:  # the trainer returns without waiting
+                    _DETACHED.append(job.pending_file)
+                jobs.put(job)
         except (EOFError, OSError):
             jobs.put(msg.Eof())
 
@@ -211,6 +214,9 @@ def _serve(conn: Connection, shared: _Shared) -> None:
         reply(msg.Error(f"MLflow writer: {type(e).__name__}: {e}"))
         conn.close()
         raise
+
+
+_DETACHED: list[str] = []  # the pending file, once the trainer has left without waiting
 
 
 def _serve_jobs(jobs: queue.Queue[Any], reply: Reply, shared: _Shared) -> None:
@@ -241,6 +247,7 @@ class _Run:
     reply: Reply
     shared: _Shared
     run_id: str | None = None
+    failed: bool = False  # a job failed: a pending record (End.pending_file) stays for rlrun-wait
 
     @property
     def id(self) -> str:
@@ -260,7 +267,10 @@ def _one_run(run: _Run, jobs: queue.Queue[Any]) -> bool:
                     raise TypeError(f"unexpected message {type(job).__name__} inside a run")
                 done = handler(run, job)
             except Exception as e:  # reported to the trainer, which stops the run
+                run.failed = True
                 run.reply(msg.Error(f"{type(job).__name__}: {_one_line(e)}"))
+                if _DETACHED:  # no trainer to hear it: say it on stderr
+                    print(f"rlrun: MLflow writer: {type(job).__name__}: {_one_line(e)}", file=sys.stderr, flush=True)
                 done = isinstance(job, msg.End)
                 if done:
                     run.reply(msg.Ended())
@@ -276,18 +286,25 @@ def _on_eof(run: _Run, job: msg.Eof) -> bool:
 
 
 def _on_start(run: _Run, job: msg.Start) -> bool:
+    import os
+
+    from rlrun.provenance import process_start
+
     init, client = run.init, run.client
+    # the run is alive while its trainer or this writer is (see reap_dead_runs)
+    tags = {**job.tags, "rlrun.writer_pid": str(os.getpid()),
+            "rlrun.writer_pid_start": process_start(os.getpid()) or ""}
     if init.resume_run_id:  # same run: params are immutable, so tags record changes
         run.run_id = init.resume_run_id
         client.update_run(run.run_id, status="RUNNING")
-        for k, v in job.tags.items():
+        for k, v in tags.items():
             client.set_tag(run.run_id, k, v)
         hist = client.get_metric_history(run.run_id, "timesteps_total")
         run.reply(msg.RunStarted(run.run_id, max((m.step for m in hist), default=-1),
                                  client.get_run(run.run_id).info.experiment_id))
     else:
         reap_dead_runs(client, init.experiment_name)
-        run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, job.tags,
+        run.run_id = create_run(client, init.experiment_name, init.artifact_location, init.run_name, tags,
                                 init.uri, job.start_time_ms)
         run.reply(msg.RunStarted(run.run_id, -1, client.get_run(run.run_id).info.experiment_id))
         log_params(client, run.run_id, job.params)
@@ -374,6 +391,8 @@ def _on_tags(run: _Run, job: msg.Tags) -> bool:
 def _on_end(run: _Run, job: msg.End) -> bool:
     run.client.set_terminated(run.id, job.status)
     run.reply(msg.Ended())
+    if job.pending_file and not run.failed:  # complete: the record rlrun-wait would replay is not needed
+        Path(job.pending_file).unlink(missing_ok=True)
     return True
 
 

@@ -111,6 +111,7 @@ class Summary:
     experiment: str
     tracking_uri: str | None
     experiment_id: str | None = None
+    writer_pid: int | None = None  # the MLflow writer still finishing the run in the background
 
     def _policy_lines(self, last: Mapping[str, float]) -> list[str]:
         """Multi-agent runs: each policy's return (its agents' episodes); the line above sums all agents."""
@@ -144,4 +145,9 @@ class Summary:
             # workflowType: MLflow 3.17's UI otherwise opens in its GenAI view (traces, token usage)
             out.append(f"  open       {server.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
                        "?workflowType=machine_learning")
+        elif self.writer_pid is not None:  # the writer had not created the run yet when training ended
+            out.append(f"  MLflow     run '{self.run_name}' in experiment '{self.experiment}' (being created)")
+        if self.writer_pid is not None:
+            out.append(f"  finishing  the MLflow model, curve and status in the background (pid {self.writer_pid}); "
+                       f"`rlrun-wait {self.output_dir}` waits for them")
         return out

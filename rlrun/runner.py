@@ -32,6 +32,7 @@ from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.offline.config import SAMPLER
 from rlrun.offline.input import check_input
+from rlrun.pending import PENDING_FILE
 from rlrun.plugins import load_plugins
 from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
@@ -74,12 +75,15 @@ def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
 
 
 def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None,
-        sweep: SweepJob | None = None) -> RunResult:
+        sweep: SweepJob | None = None, background_finish: bool = False) -> RunResult:
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
-    makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py)."""
+    makes the MLflow run a child of a sweep's parent run (see rlrun/sweep.py). ``background_finish``
+    (the ``rlrun`` command, ``tracking.wait: false``): a finished run returns without waiting for
+    the MLflow writer's last work (see rlrun/pending.py)."""
     t0 = time.monotonic()
     ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
+    ctx.background_finish = background_finish
     interrupted: KeyboardInterrupt | None = None
     failed: BaseException | None = None
     try:
@@ -117,7 +121,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         print("\n".join(Summary(ctx.reason, met, ctx.history, time.monotonic() - t0, ctx.out_dir,
                                  ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
                                  ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
-                                 ctx.tracker.experiment_id).lines()),
+                                 ctx.tracker.experiment_id, ctx.writer_pid).lines()),
               flush=True)
     return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history)
 
@@ -144,6 +148,8 @@ class _RunContext:
     checkpoint: Path = Path()
     run_name: str | None = None
     used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
+    background_finish: bool = False
+    writer_pid: int | None = None  # the MLflow writer still finishing the run after run() returns
 
 
 def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
@@ -299,7 +305,10 @@ def _finish(ctx: _RunContext) -> None:
             trainer.stop(finished=ctx.status == "FINISHED")
         if ctx.sweep is not None and ctx.sweep.log_file is not None:
             ctx.tracker.log_artifact(ctx.sweep.log_file)
-        ctx.tracker.end(ctx.status)
+        if ctx.background_finish and ctx.status == "FINISHED" and ctx.sweep is None:
+            ctx.writer_pid = ctx.tracker.end_in_background(ctx.status, ctx.out_dir / PENDING_FILE)
+        else:
+            ctx.tracker.end(ctx.status)
 
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:

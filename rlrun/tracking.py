@@ -85,6 +85,11 @@ class Tracker:
 
     def end(self, status: str = "FINISHED") -> None: ...
 
+    def end_in_background(self, status: str, pending_file: Path) -> int | None:
+        """End the run, leaving what is left to write to the writer process; its pid (None: done)."""
+        self.end(status)
+        return None
+
 
 class TrackingError(RuntimeError):
     pass
@@ -109,13 +114,14 @@ class MlflowTracker(Tracker):
     batch. If the trainer process dies without ending the run, the child marks it KILLED.
     """
 
-    def __init__(self, cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
-                 resume_run_id: str | None = None) -> None:
-        self.uri, self.artifact_location = store_locations(cfg.tracking_uri, cfg.artifact_location, launch_dir)
-        self.resume_run_id = resume_run_id
+    def __init__(self, init: msg.Init) -> None:
+        self.uri, self.artifact_location = init.uri, init.artifact_location
+        self.resume_run_id = init.resume_run_id
         self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
-        self.experiment_name = cfg.experiment_name or experiment_name
+        self.experiment_name = init.experiment_name
         self.run_id: str | None = None
+        self._init = init
+        self._journal: list[Any] = []  # every message after Init: what rlrun-wait replays if the writer dies
         self._pending: list[MetricRow] = []
         self._error: TrackingError | None = None  # the writer's first error: every later call reports it
         self._uploaded: set[str] = set()
@@ -123,10 +129,11 @@ class MlflowTracker(Tracker):
         self._ended = False
         self._writer = _take_writer()
         self._conn = self._writer.conn
-        self._send(msg.Init(self.uri, self.artifact_location, self.experiment_name, cfg.run_name, resume_run_id,
-                            cfg.log_model))
+        self._send(init)
 
     def _send(self, message: Any) -> None:
+        if not isinstance(message, msg.Init | msg.End):
+            self._journal.append(message)
         try:
             self._conn.send(message)
         except OSError as e:
@@ -246,6 +253,29 @@ class MlflowTracker(Tracker):
             raise error
 
 
+    def end_in_background(self, status: str, pending_file: Path) -> int | None:
+        """End the run without waiting for the writer: it finishes the MLflow record (model, curve,
+        status) on its own while this process exits. First ``pending_file`` gets what the run sent
+        (``rlrun-wait`` replays it if the writer dies before it is done; the writer deletes it once
+        the run is complete). Returns the writer's pid; None when that cannot be done (a sweep's
+        shared writer, an error already reported), and then the run has been ended as ``end`` does."""
+        if self._ended:
+            return None
+        self._poll()  # an error the writer already reported is raised here, as end() would
+        proc = self._writer.proc
+        if proc is None or not self._writer.alive():
+            self.end(status)
+            return None
+        from rlrun.pending import write_record
+
+        self._flush()
+        write_record(pending_file, self._init, self._journal, status, self.run_id, proc.pid)
+        self._send(msg.End(status, str(pending_file)))
+        self._ended = True
+        self._conn.close()  # the writer reads to the end, then sees EOF after End: nothing is lost
+        return proc.pid
+
+
 class Writer:
     """This process's line to an MLflow writer: its own child process (``proc``), or a connection to
     the sweep's shared writer process (``proc`` None; see ``use_shared_writer``)."""
@@ -330,4 +360,6 @@ def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: s
                  resume_run_id: str | None = None) -> Tracker:
     if cfg.backend == "none":
         return Tracker()
-    return MlflowTracker(cfg, launch_dir, experiment_name, resume_run_id)
+    uri, artifact_location = store_locations(cfg.tracking_uri, cfg.artifact_location, launch_dir)
+    return MlflowTracker(msg.Init(uri, artifact_location, cfg.experiment_name or experiment_name, cfg.run_name,
+                                  resume_run_id, cfg.log_model))

@@ -90,6 +90,10 @@ class Model:
 @dataclass(frozen=True)
 class End:
     status: str
+    # set when the trainer does not wait (``tracking.wait: false``): the record of the run it left
+    # (rlrun/pending.py); the writer deletes it once the run is complete and leaves it for
+    # ``rlrun-wait`` to replay if a job fails (it prints why to stderr: nobody else would hear it)
+    pending_file: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,175 @@
+"""Runs whose MLflow record is still being written after ``rlrun`` returned, and ``rlrun-wait``.
+
+With ``tracking.wait: false`` (the default) a finished run does not wait for the end-of-run MLflow
+work (the model export, the learning curve, the final status: seconds that would otherwise be most
+of a short run's wall time). Its writer process finishes them on its own. Before the trainer leaves,
+it writes ``<output dir>/mlflow-pending.json``: the writer's pid and every message the run sent it.
+The writer deletes it once MLflow holds the whole run. The writer keeps rlrun's stdout and stderr: a
+terminal gets its prompt back when ``rlrun`` exits, while a caller that reads rlrun's output to its
+end (a pipe, ``subprocess.run(capture_output=True)``) sees that end when the writer is done too.
+
+``rlrun-wait [DIR ...]`` waits for the writers of the pending runs under each DIR (default: the
+current directory). If a writer is gone and its record is still there (killed, out of memory, an
+MLflow error), it replays the record into the same MLflow run (or a new one if the writer never got
+to create it): steps MLflow already holds are skipped, so nothing is lost and nothing is doubled.
+It imports neither torch nor mlflow unless it has to replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlrun import writer_messages as msg
+
+PENDING_FILE = "mlflow-pending.json"
+FORMAT = "rlrun.mlflow-pending/1"
+_KINDS = {t.__name__: t for t in (msg.Start, msg.Metrics, msg.Artifacts, msg.Artifact, msg.Tags, msg.Curve,
+                                  msg.Model)}
+
+
+def write_record(path: Path, init: msg.Init, messages: list[Any], status: str, run_id: str | None,
+                 writer_pid: int) -> None:
+    """The pending record of a run, whole or not at all (written under another name, then renamed)."""
+    record = {"format": FORMAT, "writer_pid": writer_pid, "status": status, "run_id": run_id,
+              "output_dir": str(path.parent), "init": dataclasses.asdict(init),
+              "messages": [{"kind": type(m).__name__, **dataclasses.asdict(m)} for m in messages]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
+
+
+class RecordError(ValueError):
+    """A pending record that cannot be read."""
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RecordError(f"{path}: not a pending-run record rlrun wrote ({e})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise RecordError(f"{path}: not a pending-run record rlrun wrote (format {FORMAT} expected)")
+    return record
+
+
+def messages_of(record: dict[str, Any]) -> list[Any]:
+    """The record's messages as the writer's message types (JSON made tuples lists)."""
+    out = []
+    for m in record["messages"]:
+        fields = {k: v for k, v in m.items() if k != "kind"}
+        if m["kind"] == "Metrics":
+            fields["rows"] = [tuple(r) for r in fields["rows"]]
+        elif m["kind"] == "Curve":
+            fields = {**fields, "points": [tuple(p) for p in fields["points"]],
+                      "eval_points": [tuple(p) for p in fields["eval_points"]]}
+        out.append(_KINDS[m["kind"]](**fields))
+    return out
+
+
+def writer_alive(pid: int) -> bool:
+    """Whether ``pid`` is still an rlrun MLflow writer (a recycled pid is not)."""
+    try:
+        return b"rlrun.mlflow_writer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def replay(record: dict[str, Any]) -> str:
+    """Write a pending run whose writer is gone into MLflow from its record; the run's id."""
+    from rlrun.tracking import MlflowTracker
+
+    init = msg.Init(**record["init"])
+    run_id = record["run_id"] or init.resume_run_id or _run_of(init, record["output_dir"])
+    tracker = MlflowTracker(dataclasses.replace(init, resume_run_id=run_id))
+    for m in messages_of(record):
+        if isinstance(m, msg.Start):
+            tracker.start(m.params, m.tags)
+            tracker.wait_started()
+        elif isinstance(m, msg.Metrics):
+            for row in m.rows:
+                tracker.log_metrics(*row)  # steps MLflow holds are skipped
+        elif isinstance(m, msg.Artifacts | msg.Artifact):
+            local = m.local_dir if isinstance(m, msg.Artifacts) else m.local_file
+            if os.path.exists(local):  # an old checkpoint the run deleted once it was uploaded
+                tracker._send(m)
+        else:
+            tracker._send(m)
+    tracker.end(record["status"])
+    assert tracker.run_id is not None
+    return tracker.run_id
+
+
+def _run_of(init: msg.Init, output_dir: str) -> str | None:
+    """The run a dead writer created for ``output_dir`` before it died, if it got that far."""
+    from rlrun.mlflow_runs import open_store
+
+    client = open_store(init.uri)
+    exp = client.get_experiment_by_name(init.experiment_name)
+    if exp is None or "'" in output_dir:
+        return None
+    runs = client.search_runs([exp.experiment_id], f"tags.`rlrun.output_dir` = '{output_dir}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def pending_records(paths: list[str]) -> list[Path]:
+    """The pending records under each path (a run's output dir, or any directory above it)."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise RecordError(f"{p}: no such file or directory")
+        found += [p] if p.is_file() else sorted(p.rglob(PENDING_FILE))
+    return found
+
+
+def wait_for(path: Path, timeout_s: float) -> str:
+    """Wait for one pending run; what became of it (one line)."""
+    record = read_record(path)
+    pid, out_dir = int(record["writer_pid"]), path.parent
+    deadline = time.monotonic() + timeout_s
+    while path.exists() and writer_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not path.exists():
+        return f"{out_dir}: MLflow run complete"
+    if writer_alive(pid):
+        raise TimeoutError(f"{out_dir}: still being written by the MLflow writer (pid {pid}) after {timeout_s:g} s")
+    run_id = replay(record)
+    path.unlink()
+    return f"{out_dir}: the MLflow writer (pid {pid}) stopped before it finished; written from the record: " \
+           f"run {run_id} complete"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``rlrun-wait``: wait until MLflow holds every pending run under the given directories."""
+    parser = argparse.ArgumentParser(prog="rlrun-wait", description=main.__doc__)
+    parser.add_argument("paths", nargs="*", default=["."], help="run output dirs or directories above them")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each writer")
+    args = parser.parse_args(argv)
+    try:
+        records = pending_records(args.paths)
+        for path in records:
+            print(f"rlrun-wait: {wait_for(path, args.timeout)}", flush=True)
+    except (RecordError, TimeoutError) as e:
+        print(f"rlrun-wait: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, RecordError) else 1
+    except Exception as e:  # a replay that MLflow refused: the record stays for the next try
+        from rlrun.tracking import TrackingError
+
+        if not isinstance(e, TrackingError):
+            raise
+        print(f"rlrun-wait: error: {e}", file=sys.stderr)
+        return 1
+    if not records:
+        print("rlrun-wait: nothing pending", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

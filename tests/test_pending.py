@@ -1,0 +1,102 @@
+"""A finished run returns before its MLflow writer is done (``tracking.wait: false``); ``rlrun-wait``
+waits for it, or writes the run from the record the trainer left if the writer was killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO, rlrun_cmd
+
+
+def start_run(cwd: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
+    """``rlrun`` with its output in a file, as at a terminal: nothing waits for the writer's end of
+    a pipe. Returns the process and its output dir."""
+    out_dir = cwd / f"run-{len(list(cwd.glob('run-*')))}"
+    log = open(cwd / f"{out_dir.name}.log", "w")  # noqa: SIM115 - closed when the process has exited
+    proc = subprocess.Popen(rlrun_cmd("+experiment=ppo_cartpole", f"output_dir={out_dir}", *overrides), cwd=cwd,
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+    log.close()
+    return proc, out_dir
+
+
+def rlrun_wait(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlrun.pending", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def runs_of(cwd: Path, out_dir: Path) -> list:
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    return [r for r in client.search_runs(exps) if r.data.tags.get("rlrun.output_dir") == str(out_dir)]
+
+
+def assert_complete(cwd: Path, out_dir: Path, iterations: int) -> None:
+    """Exactly one MLflow run for ``out_dir``: FINISHED, every iteration's metrics, curve and model."""
+    (run,) = runs_of(cwd, out_dir)
+    client = MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    assert run.info.status == "FINISHED"
+    assert len(client.get_metric_history(run.info.run_id, "timesteps_total")) == iterations
+    assert run.data.tags["rlrun.stop_reason"] == f"training_iteration = {iterations} >= {iterations}"
+    assert "learning_curve.png" in [a.path for a in client.list_artifacts(run.info.run_id)]
+    models = client.search_logged_models([run.info.experiment_id])
+    assert [m.source_run_id for m in models].count(run.info.run_id) >= 1
+    assert not (out_dir / "mlflow-pending.json").exists()
+
+
+def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=2")
+    assert proc.wait(timeout=600) == 0
+    said = (tmp_path / "run-0.log").read_text()
+    assert f"`rlrun-wait {out_dir}` waits for them" in said, said
+    p = rlrun_wait(tmp_path)
+    assert p.returncode == 0 and f"{out_dir.relative_to(tmp_path)}: MLflow run complete" in p.stdout, p.stdout + p.stderr
+    assert_complete(tmp_path, out_dir, 2)
+    p = rlrun_wait(tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == "rlrun-wait: nothing pending", p.stdout
+
+
+def test_a_killed_writer_loses_nothing(tmp_path):
+    """SIGKILL to the writer right after rlrun returned: its record is replayed into the run."""
+    for attempt in range(3):  # the writer finishing before the kill would leave nothing to test
+        proc, out_dir = start_run(tmp_path, "stop.training_iteration=3")
+        assert proc.wait(timeout=600) == 0
+        record = out_dir / "mlflow-pending.json"
+        pid = json.loads(record.read_text())["writer_pid"]
+        os.kill(pid, signal.SIGKILL)
+        if record.exists():
+            break
+    else:
+        raise AssertionError("the writer finished before it could be killed, three times")
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p = rlrun_wait(tmp_path, str(out_dir))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"the MLflow writer (pid {pid}) stopped before it finished; written from the record" in p.stdout, p.stdout
+    assert_complete(tmp_path, out_dir, 3)
+
+
+def test_tracking_wait_true_returns_with_the_run_complete(tmp_path):
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=1", "tracking.wait=true")
+    assert proc.wait(timeout=600) == 0
+    assert "finishing" not in (tmp_path / "run-0.log").read_text()
+    assert_complete(tmp_path, out_dir, 1)
+
+
+def test_rlrun_wait_refuses_what_it_cannot_read(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mlflow-pending.json").write_text('{"format": "something else"}')
+    p = rlrun_wait(tmp_path)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        f"rlrun-wait: error: {Path('run/mlflow-pending.json')}: not a pending-run record rlrun wrote "
+        "(format rlrun.mlflow-pending/1 expected)"), p.stderr
+    p = rlrun_wait(tmp_path, "no/such/dir")
+    assert p.returncode == 2 and p.stderr.strip() == "rlrun-wait: error: no/such/dir: no such file or directory"
