@@ -57,7 +57,8 @@ def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
     said = (tmp_path / "run-0.log").read_text()
     assert f"`rlrun-wait {out_dir}` waits for them" in said, said
     p = rlrun_wait(tmp_path)
-    assert p.returncode == 0 and f"{out_dir.relative_to(tmp_path)}: MLflow run complete" in p.stdout, p.stdout + p.stderr
+    done = f"{out_dir.relative_to(tmp_path)}: MLflow run complete"
+    assert p.returncode == 0 and done in p.stdout, p.stdout + p.stderr
     assert_complete(tmp_path, out_dir, 2)
     p = rlrun_wait(tmp_path)
     assert p.returncode == 0 and p.stdout.strip() == "rlrun-wait: nothing pending", p.stdout
@@ -65,7 +66,7 @@ def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
 
 def test_a_killed_writer_loses_nothing(tmp_path):
     """SIGKILL to the writer right after rlrun returned: its record is replayed into the run."""
-    for attempt in range(3):  # the writer finishing before the kill would leave nothing to test
+    for _attempt in range(3):  # the writer finishing before the kill would leave nothing to test
         proc, out_dir = start_run(tmp_path, "stop.training_iteration=3")
         assert proc.wait(timeout=600) == 0
         record = out_dir / "mlflow-pending.json"
