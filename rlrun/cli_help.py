@@ -31,6 +31,7 @@ Train a reinforcement-learning agent from a YAML config and record it in MLflow.
 examples:
   rlrun +experiment=ppo_cartpole                                   one run with a tuned preset
   rlrun -m +experiment=ppo_cartpole seed=0,1,2 algo.lr=1e-3,3e-4    a sweep of 6 runs
+  rlrun-wait                                                       wait until MLflow holds every run here
   mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db           browse runs, metrics, checkpoints
   rlrun +experiment=ppo_cartpole --cfg job                         print the composed config
   rlrun +experiment=ppo_cartpole resume=latest                     continue the newest checkpoint

@@ -146,6 +146,13 @@ def wait_for(path: Path, timeout_s: float) -> str:
            f"run {run_id} complete"
 
 
+def finish_before_resume(checkpoint: Path, timeout_s: float = 600.0) -> str | None:
+    """A resume of a run whose MLflow record is still being written (or whose writer died) first
+    waits for it (or replays it), so the old writer's last status cannot land on the resumed run."""
+    record = Path(checkpoint).parent.parent / PENDING_FILE  # <output dir>/checkpoints/iter_N
+    return wait_for(record, timeout_s) if record.exists() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``rlrun-wait``: wait until MLflow holds every pending run under the given directories."""
     parser = argparse.ArgumentParser(prog="rlrun-wait", description=main.__doc__)

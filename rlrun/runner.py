@@ -9,6 +9,7 @@ import contextlib
 import math
 import os
 import secrets
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -32,7 +33,7 @@ from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.offline.config import SAMPLER
 from rlrun.offline.input import check_input
-from rlrun.pending import PENDING_FILE
+from rlrun.pending import PENDING_FILE, finish_before_resume
 from rlrun.plugins import load_plugins
 from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
@@ -188,6 +189,11 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         changes = check_resumable(resumed.config, config_dict, resume_path)
         check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
         remove_dead_writes(resume_path.parent)  # what a kill during the resumed run's last write left
+        try:
+            if said := finish_before_resume(resume_path):
+                print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
+        except TimeoutError as e:
+            raise TrackingError(f"resume={cfg.resume}: {e}") from None
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     check_output_dir_is_ours(out_dir, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))

@@ -19,7 +19,7 @@ from tests.conftest import REPO, rlrun_cmd
 def start_run(cwd: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
     """``rlrun`` with its output in a file, as at a terminal: nothing waits for the writer's end of
     a pipe. Returns the process and its output dir."""
-    out_dir = cwd / f"run-{len(list(cwd.glob('run-*')))}"
+    out_dir = cwd / f"run-{len(list(cwd.glob('run-*.log')))}"
     log = open(cwd / f"{out_dir.name}.log", "w")  # noqa: SIM115 - closed when the process has exited
     proc = subprocess.Popen(rlrun_cmd("+experiment=ppo_cartpole", f"output_dir={out_dir}", *overrides), cwd=cwd,
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -101,3 +101,25 @@ def test_rlrun_wait_refuses_what_it_cannot_read(tmp_path):
         "(format rlrun.mlflow-pending/1 expected)"), p.stderr
     p = rlrun_wait(tmp_path, "no/such/dir")
     assert p.returncode == 2 and p.stderr.strip() == "rlrun-wait: error: no/such/dir: no such file or directory"
+
+
+def test_a_resume_first_finishes_the_record_a_killed_writer_left(tmp_path):
+    """resume= of a run whose writer died before it was done: the record is replayed before the
+    resumed run starts, so the old writer's last word cannot land on the resumed run."""
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=2", "tracking.log_model=false")
+    assert proc.wait(timeout=600) == 0
+    record = out_dir / "mlflow-pending.json"
+    os.kill(json.loads(record.read_text())["writer_pid"], signal.SIGKILL)
+    killed_first = record.exists()  # else the writer had finished a moment before the kill
+    resume, resumed_dir = start_run(tmp_path, f"resume={out_dir}", "stop.training_iteration=3",
+                                    "tracking.wait=true", "tracking.log_model=false")
+    assert resume.wait(timeout=600) == 0, (tmp_path / "run-1.log").read_text()
+    said = (tmp_path / "run-1.log").read_text()
+    assert not record.exists() and not (resumed_dir / "mlflow-pending.json").exists()
+    assert (f"rlrun: before resuming: {out_dir}: the MLflow writer" in said) == killed_first, said
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              order_by=["attributes.start_time DESC"])
+    assert runs and all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "timesteps_total")]
+    assert len(steps) == 3 and steps == sorted(steps), steps
