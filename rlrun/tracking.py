@@ -120,6 +120,7 @@ class MlflowTracker(Tracker):
         self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
         self.experiment_name = init.experiment_name
         self.run_id: str | None = None
+        self.experiment_id: str | None = None  # both set when the writer says the run exists
         self._init = init
         self._journal: list[Any] = []  # every message after Init: what rlrun-wait replays if the writer dies
         self._pending: list[MetricRow] = []
