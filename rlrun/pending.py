@@ -29,20 +29,9 @@ from typing import Any
 from rlrun import writer_messages as msg
 
 PENDING_FILE = "mlflow-pending.json"
-FORMAT = "rlrun.mlflow-pending/1"
+FORMAT = msg.PENDING_FORMAT
 _KINDS = {t.__name__: t for t in (msg.Start, msg.Metrics, msg.Artifacts, msg.Artifact, msg.Tags, msg.Curve,
                                   msg.Model)}
-
-
-def write_record(path: Path, init: msg.Init, messages: list[Any], status: str, run_id: str | None,
-                 writer_pid: int) -> None:
-    """The pending record of a run, whole or not at all (written under another name, then renamed)."""
-    record = {"format": FORMAT, "writer_pid": writer_pid, "status": status, "run_id": run_id,
-              "output_dir": str(path.parent), "init": dataclasses.asdict(init),
-              "messages": [{"kind": type(m).__name__, **dataclasses.asdict(m)} for m in messages]}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
 
 
 class RecordError(ValueError):

@@ -267,10 +267,8 @@ class MlflowTracker(Tracker):
         if proc is None or not self._writer.alive():
             self.end(status)
             return None
-        from rlrun.pending import write_record
-
         self._flush()
-        write_record(pending_file, self._init, self._journal, status, self.run_id, proc.pid)
+        msg.write_record(pending_file, self._init, self._journal, status, self.run_id, proc.pid)
         self._send(msg.End(status, str(pending_file)))
         self._ended = True
         self._conn.close()  # the writer reads to the end, then sees EOF after End: nothing is lost

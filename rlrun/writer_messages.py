@@ -8,6 +8,8 @@ Writer -> trainer: ``RunStarted``, ``Uploaded``, ``Ended``, ``Result`` and ``Err
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,3 +138,19 @@ class Error:
 
 
 RunMessage = Start | Metrics | Artifacts | Artifact | Tags | Curve | Model | End | Eof
+
+
+# ---------------------------------------------------------------- the record a run ending in the background leaves
+PENDING_FORMAT = "rlrun.mlflow-pending/1"
+
+
+def write_record(path: Path, init: Init, messages: list[Any], status: str, run_id: str | None,
+                 writer_pid: int) -> None:
+    """The pending record of a run that ends in the background (read by rlrun/pending.py), whole or
+    not at all (written under another name, then renamed)."""
+    record = {"format": PENDING_FORMAT, "writer_pid": writer_pid, "status": status, "run_id": run_id,
+              "output_dir": str(path.parent), "init": dataclasses.asdict(init),
+              "messages": [{"kind": type(m).__name__, **dataclasses.asdict(m)} for m in messages]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
