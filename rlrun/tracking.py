@@ -253,7 +253,6 @@ class MlflowTracker(Tracker):
         if error is not None:
             raise error
 
-
     def end_in_background(self, status: str, pending_file: Path) -> int | None:
         """End the run without waiting for the writer: it finishes the MLflow record (model, curve,
         status) on its own while this process exits. First ``pending_file`` gets what the run sent
