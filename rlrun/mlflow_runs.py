@@ -81,6 +81,8 @@ def reap_dead_runs(client: Any, experiment_name: str) -> list[str]:
     alive while its writer finishes it in the background); returns their ids."""
     import socket
 
+    from rlrun.provenance import still_running
+
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
         return []
@@ -90,20 +92,13 @@ def reap_dead_runs(client: Any, experiment_name: str) -> list[str]:
         tags = run.data.tags
         if tags.get("rlrun.host") != host or not tags.get("rlrun.pid", "").isdigit():
             continue
-        if any(_alive(tags.get(f"rlrun.{who}pid", ""), tags.get(f"rlrun.{who}pid_start")) for who in ("", "writer_")):
+        if any(still_running(tags.get(f"rlrun.{who}pid", ""), tags.get(f"rlrun.{who}pid_start"))
+               for who in ("", "writer_")):
             continue
         client.set_tag(run.info.run_id, "rlrun.stop_reason", "the trainer process is gone (killed)")
         client.set_terminated(run.info.run_id, "KILLED")
         reaped.append(run.info.run_id)
     return reaped
-
-
-def _alive(pid: str, start: str | None) -> bool:
-    """Whether process ``pid`` of this host still runs (the same process: its start time matches)."""
-    from rlrun.provenance import process_start
-
-    now = process_start(int(pid)) if pid.isdigit() else None
-    return now is not None and now == (start or now)
 
 
 def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun import writer_messages as msg
+from rlrun.provenance import still_running
 
 PENDING_FILE = "mlflow-pending.json"
 FORMAT = msg.PENDING_FORMAT
@@ -60,14 +61,6 @@ def messages_of(record: dict[str, Any]) -> list[Any]:
                       "eval_points": [tuple(p) for p in fields["eval_points"]]}
         out.append(_KINDS[m["kind"]](**fields))
     return out
-
-
-def writer_alive(pid: int) -> bool:
-    """Whether ``pid`` is still an rlrun MLflow writer (a recycled pid is not)."""
-    try:
-        return b"rlrun.mlflow_writer" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def replay(record: dict[str, Any]) -> str:
@@ -122,12 +115,16 @@ def wait_for(path: Path, timeout_s: float) -> str:
     """Wait for one pending run; what became of it (one line)."""
     record = read_record(path)
     pid, out_dir = int(record["writer_pid"]), path.parent
+
+    def writer_alive() -> bool:  # the same process: a recycled pid is not the writer
+        return still_running(pid, record.get("writer_pid_start"))
+
     deadline = time.monotonic() + timeout_s
-    while path.exists() and writer_alive(pid) and time.monotonic() < deadline:
+    while path.exists() and writer_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     if not path.exists():
         return f"{out_dir}: MLflow run complete"
-    if writer_alive(pid):
+    if writer_alive():
         raise TimeoutError(f"{out_dir}: still being written by the MLflow writer (pid {pid}) after {timeout_s:g} s")
     run_id = replay(record)
     path.unlink()

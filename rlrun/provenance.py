@@ -88,3 +88,10 @@ def process_start(pid: int) -> str | None:
         return None
     return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name; starttime is the 22nd
 
+
+def still_running(pid: int | str, start: str | None) -> bool:
+    """Whether process ``pid`` of this host still runs and is the same process (its start time is
+    ``start``, when known): a recycled pid is not."""
+    now = process_start(int(pid)) if str(pid).isdigit() else None
+    return now is not None and now == (start or now)
+

@@ -267,7 +267,10 @@ class MlflowTracker(Tracker):
             self.end(status)
             return None
         self._flush()
-        msg.write_record(pending_file, self._init, self._journal, status, self.run_id, proc.pid)
+        from rlrun.provenance import process_start
+
+        msg.write_record(pending_file, self._init, self._journal, status, self.run_id, proc.pid,
+                         process_start(proc.pid))
         self._send(msg.End(status, str(pending_file)))
         self._ended = True
         self._conn.close()  # the writer reads to the end, then sees EOF after End: nothing is lost

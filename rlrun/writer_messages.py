@@ -145,10 +145,11 @@ PENDING_FORMAT = "rlrun.mlflow-pending/1"
 
 
 def write_record(path: Path, init: Init, messages: list[Any], status: str, run_id: str | None,
-                 writer_pid: int) -> None:
+                 writer_pid: int, writer_pid_start: str | None) -> None:
     """The pending record of a run that ends in the background (read by rlrun/pending.py), whole or
     not at all (written under another name, then renamed)."""
-    record = {"format": PENDING_FORMAT, "writer_pid": writer_pid, "status": status, "run_id": run_id,
+    record = {"format": PENDING_FORMAT, "writer_pid": writer_pid, "writer_pid_start": writer_pid_start,
+              "status": status, "run_id": run_id,
               "output_dir": str(path.parent), "init": dataclasses.asdict(init),
               "messages": [{"kind": type(m).__name__, **dataclasses.asdict(m)} for m in messages]}
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
