@@ -220,6 +220,22 @@ def _with_env(loaded: Any, env_id: str | None, path: Path) -> Any:
                                     action_space=None))
 
 
+def _logged_run(info: dict[str, Any], path: Path, uri: str) -> str | None:
+    """The MLflow run of a checkpoint: its recorded id, else the run tagged with its run key (the
+    checkpoint was written before the writer had created the run, which may still be finishing)."""
+    key = info.get("rlrun_run_key")
+    if info.get("mlflow_run_id") or not key:
+        return info.get("mlflow_run_id")
+    from rlrun.mlflow_runs import open_store, run_with_key
+    from rlrun.pending import finish_pending
+
+    try:
+        finish_pending(path)
+    except TimeoutError as e:
+        raise CheckpointError(f"checkpoint={path}: {e}") from None
+    return run_with_key(open_store(uri), key)
+
+
 def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     from rlrun.evaluation import evaluate
     from rlrun.export import describe, load_policies
@@ -247,7 +263,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
               f"({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "
               f"mean {info['eval/episode_return_mean']:.2f}, min {info['eval/episode_return_min']:.2f}, "
               f"max {info['eval/episode_return_max']:.2f}", flush=True)
-        run_id = info.get("mlflow_run_id") if args.log and cfg.tracking.backend == "mlflow" else None
+        run_id = _logged_run(info, path, uri) if args.log and cfg.tracking.backend == "mlflow" else None
         out = Path(args.out) if args.out else (Path(tmp) / "out" if run_id else
                                                launch_dir / "rlrun-eval" / path.name)
         out.mkdir(parents=True, exist_ok=True)

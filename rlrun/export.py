@@ -220,4 +220,5 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
 def describe(loaded: LoadedPolicy) -> dict[str, Any]:
     m = loaded.checkpoint.meta
     return {"algo": loaded.cfg.algo.name, "env": loaded.cfg.env.label, "timesteps_total": m.get("timesteps_total"),
-            "training_iteration": m.get("training_iteration"), "mlflow_run_id": m.get("mlflow_run_id")}
+            "training_iteration": m.get("training_iteration"), "mlflow_run_id": m.get("mlflow_run_id"),
+            "rlrun_run_key": m.get("rlrun_run_key")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,18 @@ def create_run(client: Any, experiment_name: str, artifact_location: str | None,
                     client.set_experiment_tag(exp_id, k, v)
     run_id: str = client.create_run(exp_id, start_time=start_time_ms, run_name=run_name, tags=tags).info.run_id
     return run_id
+
+
+RUN_KEY_TAG = "rlrun.run_key"  # rlrun's own name for a run, known before MLflow has created it
+
+
+def run_with_key(client: Any, run_key: str) -> str | None:
+    """The MLflow run tagged ``rlrun.run_key = run_key`` (in any experiment), if there is one."""
+    if not re.fullmatch(r"[0-9a-f]{32}", run_key):
+        return None
+    exp_ids = [e.experiment_id for e in client.search_experiments(max_results=10000)]
+    runs = client.search_runs(exp_ids, f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1) if exp_ids else []
+    return runs[0].info.run_id if runs else None
 
 
 def reap_dead_runs(client: Any, experiment_name: str) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from rlrun import writer_messages as msg
 from rlrun.fast_exit import exit_now
-from rlrun.mlflow_runs import WRITER_CALLS, create_run, log_curve, log_params, open_store, reap_dead_runs
+from rlrun.mlflow_runs import WRITER_CALLS, create_run, log_curve, log_params, open_store, reap_dead_runs, run_with_key
 
 
 def run(fd: int) -> None:
@@ -294,8 +294,9 @@ def _on_start(run: _Run, job: msg.Start) -> bool:
     # the run is alive while its trainer or this writer is (see reap_dead_runs)
     tags = {**job.tags, "rlrun.writer_pid": str(os.getpid()),
             "rlrun.writer_pid_start": process_start(os.getpid()) or ""}
-    if init.resume_run_id:  # same run: params are immutable, so tags record changes
-        run.run_id = init.resume_run_id
+    resume_id = init.resume_run_id or (run_with_key(client, init.resume_run_key) if init.resume_run_key else None)
+    if resume_id:  # same run: params are immutable, so tags record changes
+        run.run_id = resume_id
         client.update_run(run.run_id, status="RUNNING")
         for k, v in tags.items():
             client.set_tag(run.run_id, k, v)

@@ -132,9 +132,10 @@ def wait_for(path: Path, timeout_s: float) -> str:
            f"run {run_id} complete"
 
 
-def finish_before_resume(checkpoint: Path, timeout_s: float = 600.0) -> str | None:
-    """A resume of a run whose MLflow record is still being written (or whose writer died) first
-    waits for it (or replays it), so the old writer's last status cannot land on the resumed run."""
+def finish_pending(checkpoint: Path, timeout_s: float = 600.0) -> str | None:
+    """Wait for (or replay) the MLflow record of the run that wrote ``checkpoint`` if it is still
+    pending: a resume must not get the old writer's last status, and ``rlrun-eval`` logs into the
+    run, so it must exist. What became of it (None: nothing was pending)."""
     record = Path(checkpoint).parent.parent / PENDING_FILE  # <output dir>/checkpoints/iter_N
     return wait_for(record, timeout_s) if record.exists() else None
 

@@ -136,17 +136,17 @@ class Summary:
                f"  output     {self.output_dir}"]
         if self.checkpoint is not None:
             out.append(f"  checkpoint {self.checkpoint}")
+        uri = self.tracking_uri or ""
+        server = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
         if self.run_id:
             out.append(f"  MLflow     run '{self.run_name}' ({self.run_id}) in experiment '{self.experiment}'")
-            uri = self.tracking_uri or ""
-            server = uri if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-            if server != uri:
-                out.append(f"  browse     mlflow ui --backend-store-uri {uri}")
-            # workflowType: MLflow 3.17's UI otherwise opens in its GenAI view (traces, token usage)
-            out.append(f"  open       {server.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
-                       "?workflowType=machine_learning")
         elif self.writer_pid is not None:  # the writer had not created the run yet when training ended
             out.append(f"  MLflow     run '{self.run_name}' in experiment '{self.experiment}' (being created)")
+        if (self.run_id or self.writer_pid is not None) and server != uri:
+            out.append(f"  browse     mlflow ui --backend-store-uri {uri}")
+        if self.run_id:  # workflowType: MLflow 3.17's UI otherwise opens in its GenAI view (traces, token usage)
+            out.append(f"  open       {server.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+                       "?workflowType=machine_learning")
         if self.writer_pid is not None:
             out.append(f"  finishing  the MLflow model, curve and status in the background (pid {self.writer_pid}); "
                        f"`rlrun-wait {self.output_dir}` waits for them")

@@ -52,36 +52,45 @@ def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path
                               f"{text[:300]}); nothing was changed") from None
 
 
-def check_output_dir_is_ours(out_dir: Path, resume_run_id: str | None) -> None:
+RUN_KEY_META = "rlrun_run_key"  # a checkpoint's run (the MLflow run's rlrun.run_key tag)
+
+
+def check_output_dir_is_ours(out_dir: Path, run_key: str, resume_run_id: str | None) -> None:
     """Refuse an output dir that holds another run's checkpoints (two runs' checkpoints must never
-    mix); a resumed run may continue in its own."""
+    mix); a resumed run may continue in its own. A checkpoint names its run by run key, or (written
+    before run keys) by MLflow run id."""
     for meta in sorted((out_dir / "checkpoints").glob("iter_*/meta.json")):
         try:
-            owner = json.loads(meta.read_text()).get("mlflow_run_id")
+            info = json.loads(meta.read_text())
+            key, owner = info.get(RUN_KEY_META), info.get("mlflow_run_id")
         except (OSError, ValueError, AttributeError):
-            owner = None
-        if owner is None or owner != resume_run_id:
+            key = owner = None
+        if key != run_key and (owner is None or owner != resume_run_id):
             raise CheckpointError(
                 f"output_dir: {out_dir} already holds checkpoints of another run ({meta.parent.name}, MLflow run "
-                f"{owner}); give this run its own output_dir, or resume that run with resume={meta.parent}"
+                f"{owner or key}); give this run its own output_dir, or resume that run with resume={meta.parent}"
             )
 
 
 def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
-                     config_dict: dict[str, Any], tracker: Any, history: list[MetricRow] | None = None) -> Path:
+                     config_dict: dict[str, Any], tracker: Any, history: list[MetricRow] | None = None,
+                     run_key: str = "") -> Path:
     """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
-    ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op."""
+    ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op.
+    The checkpoint names its run by ``run_key`` and, once the writer has created it, by MLflow run id;
+    it does not wait for the id (a short run would wait seconds for mlflow's import and the store)."""
     root = out_dir / "checkpoints"
     path = root / f"iter_{trainer.iteration:06d}"
     if path.exists():
         return path
     remove_dead_writes(root)
     try:
-        tracker.wait_started()  # the checkpoint records the MLflow run id, for resume
+        tracker.check()  # learns the MLflow run id if the writer has sent it
         tracking_ok = True
     except TrackingError:  # the checkpoint is kept locally all the same; the error is reported by the run
         tracking_ok = False
     meta = {"algo": cfg.algo.name, "env": cfg.env.label, "created": time.time(), "mlflow_run_id": tracker.run_id,
+            RUN_KEY_META: run_key,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
     save_checkpoint(path, trainer.get_state(), meta, config_dict, history)
     if tracking_ok:

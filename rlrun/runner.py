@@ -30,15 +30,17 @@ from rlrun.config import DEFAULT_EXPERIMENT, ConfigError, RunConfig, build_confi
 from rlrun.envs import probe_env_config
 from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
+from rlrun.mlflow_runs import RUN_KEY_TAG
 from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.offline.config import SAMPLER
 from rlrun.offline.input import check_input
-from rlrun.pending import PENDING_FILE, finish_before_resume
+from rlrun.pending import PENDING_FILE, finish_pending
 from rlrun.plugins import load_plugins
 from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
 from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.run_files import (
+    RUN_KEY_META,
     check_output_dir_is_ours,
     check_state_fits,
     default_output_dir,
@@ -148,6 +150,7 @@ class _RunContext:
     status: str = "FAILED"
     checkpoint: Path = Path()
     run_name: str | None = None
+    run_key: str = ""  # rlrun.run_key: names the MLflow run before it exists (see write_checkpoint)
     used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
     background_finish: bool = False
     writer_pid: int | None = None  # the MLflow writer still finishing the run after run() returns
@@ -190,17 +193,19 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
         remove_dead_writes(resume_path.parent)  # what a kill during the resumed run's last write left
         try:
-            if said := finish_before_resume(resume_path):
+            if said := finish_pending(resume_path):
                 print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
         except TimeoutError as e:
             raise TrackingError(f"resume={cfg.resume}: {e}") from None
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
-    check_output_dir_is_ours(out_dir, resume_run_id)
+    # the run's own name, in every checkpoint from the first on: a resumed run keeps it
+    run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)
+    check_output_dir_is_ours(out_dir, run_key, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     run_name = cfg.tracking.run_name or default_run_name(cfg)
     tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
-                           resume_run_id)
-    tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir),
+                           resume_run_id, run_key if resumed else None)
+    tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
             **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
@@ -214,7 +219,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
     return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
                        checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [],
-                       run_name=run_name)
+                       run_name=run_name, run_key=run_key)
 
 
 def _replay_history(ctx: _RunContext) -> None:
@@ -287,7 +292,8 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
         ctx.progress.update(ctx.result)
         every = cfg.checkpoint.every_n_iters
         if every and trainer.iteration % every == 0:
-            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows)
+            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
+                             ctx.run_key)
         met = stop_reason(cfg.stop, ctx.result)
         if met:
             ctx.reason = met
@@ -301,7 +307,7 @@ def _finish(ctx: _RunContext) -> None:
     try:
         if trainer is not None and trainer.iteration > 0:
             ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
-                                              ctx.metric_rows)
+                                              ctx.metric_rows, ctx.run_key)
             ctx.checkpoint_written = True
             if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch)

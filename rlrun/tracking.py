@@ -358,9 +358,11 @@ def spawn_writer(entry: str, arg: str, **popen_kwargs: Any) -> Any:
 
 
 def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: str,
-                 resume_run_id: str | None = None) -> Tracker:
+                 resume_run_id: str | None = None, resume_run_key: str | None = None) -> Tracker:
+    """The run's tracker; a resumed run continues MLflow run ``resume_run_id``, or the run tagged
+    ``rlrun.run_key = resume_run_key`` when its checkpoint was written before MLflow had an id."""
     if cfg.backend == "none":
         return Tracker()
     uri, artifact_location = store_locations(cfg.tracking_uri, cfg.artifact_location, launch_dir)
     return MlflowTracker(msg.Init(uri, artifact_location, cfg.experiment_name or experiment_name, cfg.run_name,
-                                  resume_run_id, cfg.log_model))
+                                  resume_run_id, cfg.log_model, None if resume_run_id else resume_run_key))

@@ -45,6 +45,8 @@ class Init:
     run_name: str | None
     resume_run_id: str | None
     log_model: bool
+    # resume the run tagged with this rlrun.run_key when the checkpoint predates the MLflow run id
+    resume_run_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,22 @@ def run_summary(stdout: str) -> dict[str, str]:
         out[key] = value.strip()
     out["final"] = out["return"].split("final ")[1].split(",")[0] if "final " in out["return"] else "nan"
     out["steps"] = out.pop("env").split()[1].replace(",", "")
-    if "MLflow" in out:
+    if "MLflow" in out and out["MLflow"].endswith("(being created)"):  # the run id came after the summary
+        m = re.fullmatch(r"run '(.*)' in experiment '(.*)' \(being created\)", out["MLflow"])
+        out["run_name"], out["experiment"] = m[1], m[2]
+        out["run_id"] = run_of_output_dir(out["browse"].split("--backend-store-uri ")[1], out["output"])
+    elif "MLflow" in out:
         m = re.fullmatch(r"run '(.*)' \((\w+)\) in experiment '(.*)'", out["MLflow"])
         out["run_name"], out["run_id"], out["experiment"] = m[1], m[2], m[3]
     return out
+
+
+def run_of_output_dir(uri: str, output_dir: str) -> str:
+    """The id of the newest MLflow run of ``output_dir`` (by its ``rlrun.output_dir`` tag)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    (run, *_) = client.search_runs(exp_ids, f"tags.`rlrun.output_dir` = '{output_dir}'",
+                                   order_by=["attributes.start_time DESC"])
+    return run.info.run_id

@@ -123,3 +123,30 @@ def test_a_resume_first_finishes_the_record_a_killed_writer_left(tmp_path):
     assert runs and all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "timesteps_total")]
     assert len(steps) == 3 and steps == sorted(steps), steps
+
+
+def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path):
+    """A short run's checkpoint can be written before the writer has created the MLflow run: it names
+    the run by its ``rlrun.run_key`` tag only. rlrun-eval (while the writer may still be finishing)
+    logs into that run, and resume= continues it."""
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=1", "tracking.log_model=false")
+    assert proc.wait(timeout=600) == 0
+    (ckpt,) = (out_dir / "checkpoints").glob("iter_*")
+    meta = json.loads((ckpt / "meta.json").read_text())
+    assert len(meta["rlrun_run_key"]) == 32, meta
+    (ckpt / "meta.json").write_text(json.dumps({**meta, "mlflow_run_id": None}))  # written before the id came
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", f"checkpoint={ckpt}", "episodes=2"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = runs_of(tmp_path, out_dir)
+    assert run.data.tags["rlrun.run_key"] == meta["rlrun_run_key"]
+    assert f"to MLflow run {run.info.run_id} under evaluation/{ckpt.name}/" in p.stdout, p.stdout
+    resume, resumed_dir = start_run(tmp_path, f"resume={ckpt}", "stop.training_iteration=2", "tracking.wait=true",
+                                    "tracking.log_model=false")
+    assert resume.wait(timeout=600) == 0, (tmp_path / "run-1.log").read_text()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (only,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert only.info.run_id == run.info.run_id and only.info.status == "FINISHED"
+    assert only.data.tags["rlrun.output_dir"] == str(resumed_dir)
+    assert len(client.get_metric_history(run.info.run_id, "timesteps_total")) == 2
