@@ -80,9 +80,9 @@ def replay(record: dict[str, Any]) -> str:
         elif isinstance(m, msg.Artifacts | msg.Artifact):
             local = m.local_dir if isinstance(m, msg.Artifacts) else m.local_file
             if os.path.exists(local):  # an old checkpoint the run deleted once it was uploaded
-                tracker._send(m)
+                tracker.send_recorded(m)
         else:
-            tracker._send(m)
+            tracker.send_recorded(m)
     tracker.end(record["status"])
     assert tracker.run_id is not None
     return tracker.run_id

@@ -145,6 +145,11 @@ class MlflowTracker(Tracker):
     def start(self, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
         self._send(msg.Start(dict(params), dict(tags), int(time.time() * 1000)))
 
+    def send_recorded(self, message: Any) -> None:
+        """Send a message as a pending-run record holds it (``rlrun-wait`` replaying a run)."""
+        self._flush()
+        self._send(message)
+
     def wait_started(self, timeout: float = 120.0) -> str | None:
         """Block until the MLflow run exists; returns its id."""
         deadline = time.monotonic() + timeout

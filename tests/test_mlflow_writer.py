@@ -4,12 +4,14 @@ job and replies as the protocol says; a protocol error is reported, not fatal; E
 from __future__ import annotations
 
 import queue
+import threading
 
 from mlflow.tracking import MlflowClient
 
 from rlrun import mlflow_writer
 from rlrun import writer_messages as msg
-from rlrun.mlflow_writer import _one_run, _Run, _serve_jobs, _Shared
+from rlrun.mlflow_writer import _serve_jobs, _Shared
+from rlrun.writer_jobs import RunJobs, one_run
 
 
 def serve(uri, messages, init=None):
@@ -19,7 +21,7 @@ def serve(uri, messages, init=None):
     for m in messages:
         jobs.put(m)
     shared = _Shared()
-    more = _one_run(_Run(init, shared.client(uri), replies.append, shared), jobs)
+    more = one_run(RunJobs(init, shared.client(uri), replies.append, shared, threading.Event()), jobs)
     return more, replies
 
 
@@ -71,7 +73,7 @@ def test_anything_but_init_or_call_first_is_refused():
     jobs: queue.Queue = queue.Queue()
     for m in (msg.Tags({}), msg.Eof()):
         jobs.put(m)
-    _serve_jobs(jobs, replies.append, _Shared())
+    _serve_jobs(jobs, replies.append, _Shared(), threading.Event())
     assert replies == [msg.Error("expected Init, got Tags")]
 
 

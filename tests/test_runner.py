@@ -96,8 +96,8 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
     # tracking.wait=true: the summary comes once the run is complete, so it always has the run's address
     # (with the default, a run this short can end before the writer has created the MLflow run)
     p = subprocess.run(rlrun_cmd("+experiment=ppo_cartpole", "seed=4", "stop.timesteps_total=3000",
-                                 "evaluation.interval=2", "tracking.wait=true"), cwd=tmp_path, capture_output=True, text=True, env=env,
-                       timeout=300)
+                                 "evaluation.interval=2", "tracking.wait=true"), cwd=tmp_path, capture_output=True,
+                       text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "eval at " in p.stdout and "(greedy, 10 episodes)" in p.stdout  # evaluation results on the console
     assert p.stderr.strip() == "", p.stderr  # nothing from MLflow's store creation glued into the output
