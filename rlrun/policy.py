@@ -29,6 +29,7 @@ from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
 from rlrun.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
 from rlrun.filters import NoFilter, make_filter
+from rlrun.numpy_actor import NumpyActor
 from rlrun.optim import Optimizer, make_optimizer, set_lr
 from rlrun.postprocessing import explained_variance, piecewise
 from rlrun.registry import DISTRIBUTIONS, MODELS
@@ -156,6 +157,8 @@ class Policy:
         self.state: LearnerState = hooks.make_state(self)
         self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
                                                 spec.observation_filter_clip)
+        # the built-in MLP + categorical acts in numpy (4-5x faster at a worker's batch sizes)
+        self._numpy = NumpyActor(self.model, self.np_rng) if NumpyActor.supports(self) else None
 
     @property
     def needs_next_obs(self) -> bool:
@@ -193,6 +196,8 @@ class Policy:
         policy also takes the state before the step (default: an episode start) and returns the next."""
         if self.hooks.compute_actions is not None:
             return self.hooks.compute_actions(self, obs, explore)
+        if self._numpy is not None:
+            return ActionOutput(*self._numpy.compute_actions(obs, explore), None)
         new_state = None
         with torch.inference_mode():
             if self.recurrent:
@@ -206,7 +211,22 @@ class Policy:
         return ActionOutput(actions.numpy(), logp.detach().numpy(), out.values.detach().numpy(),
                             out.dist_inputs.detach().numpy(), new_state)
 
+    def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The log-probabilities of ``actions`` under the distributions ``dist_inputs`` describe."""
+        if self._numpy is not None:
+            return self._numpy.logp_of(dist_inputs, actions)
+        with torch.inference_mode():
+            return self.dist_class(torch.as_tensor(dist_inputs)).logp(torch.as_tensor(actions)).numpy()
+
+    def reseed(self, seed: int) -> None:
+        """Restart the action-sampling and minibatch generators from ``seed`` (in place: the numpy
+        actor keeps using the same generator object)."""
+        self.generator.manual_seed(seed)
+        self.np_rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+
     def compute_values(self, obs: np.ndarray, state: list[np.ndarray] | None = None) -> np.ndarray:
+        if self._numpy is not None:
+            return self._numpy.forward(obs)[1]
         with torch.inference_mode():
             if self.recurrent:
                 return self._rnn.forward_step(torch.as_tensor(obs), self._state_tensors(state, len(obs)))[0] \

@@ -27,3 +27,57 @@ def test_nan_loss_raises_and_leaves_the_weights_alone():
         policy.learn_on_batch(batch)
     for k, v in policy.model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def _ppo_batch(policy, n=256, seed=0):
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 4)).astype(np.float32)
+    out = policy.compute_actions(obs)
+    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: out.actions, SampleBatch.ACTION_LOGP: out.logp,
+                        SampleBatch.ACTION_DIST_INPUTS: out.dist_inputs, SampleBatch.VF_PREDS: out.values,
+                        SampleBatch.ADVANTAGES: rng.normal(size=n).astype(np.float32),
+                        SampleBatch.VALUE_TARGETS: rng.normal(size=n).astype(np.float32)})
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_the_numpy_actor_follows_the_torch_model_through_learning_and_set_weights(activation):
+    """The built-in MLP + categorical acts in numpy on views of the torch weights: after SGD steps and
+    after set_weights its logits, values, logp and greedy actions are the torch model's."""
+    from rlrun.models import MLPConfig
+
+    load_builtins()
+    policy = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
+                         model_config=MLPConfig(activation=activation), seed=3)
+    other = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
+                        model_config=MLPConfig(activation=activation), seed=4)
+    assert policy._numpy is not None
+    obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
+    for step in ("initial", "learned", "set_weights"):
+        if step == "learned":
+            policy.learn_on_batch(_ppo_batch(policy))
+        if step == "set_weights":
+            policy.set_weights(other.get_weights())
+        with torch.inference_mode():
+            ref = policy.model(torch.as_tensor(obs))
+        greedy = policy.compute_actions(obs, explore=False)
+        np.testing.assert_allclose(greedy.dist_inputs, ref.dist_inputs.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
+        np.testing.assert_allclose(greedy.values, ref.values.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
+        np.testing.assert_allclose(policy.compute_values(obs), ref.values.numpy(), rtol=1e-5, atol=1e-6)
+        assert np.array_equal(greedy.actions, ref.dist_inputs.argmax(-1).numpy()), step
+        logp_all = torch.log_softmax(ref.dist_inputs, -1).numpy()
+        sampled = policy.compute_actions(obs)
+        np.testing.assert_allclose(sampled.logp, logp_all[np.arange(64), sampled.actions], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(policy.get_weights()["pi_head.weight"], 0)
+
+
+def test_the_numpy_actor_samples_actions_with_their_probabilities():
+    load_builtins()
+    policy = make_policy("pg", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3), seed=0)
+    with torch.no_grad():
+        policy.model.pi_head.bias.copy_(torch.tensor([0.0, 1.0, 2.0]))  # probabilities ~ 0.09 / 0.24 / 0.67
+    obs = np.zeros((20_000, 4), np.float32)
+    out = policy.compute_actions(obs)
+    probs = torch.softmax(policy.model(torch.as_tensor(obs[:1])).dist_inputs, -1)[0].detach().numpy()
+    freq = np.bincount(out.actions, minlength=3) / len(obs)
+    np.testing.assert_allclose(freq, probs, atol=0.015)
+    assert out.actions.dtype == np.int64 and out.logp.dtype == np.float32

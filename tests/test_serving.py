@@ -18,6 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from rlrun.serving.episodes import EpisodeTable
@@ -508,24 +509,27 @@ def test_server_settings_are_checked_before_training(tmp_path):
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_the_local_clients_numpy_policy_matches_torch(share):
-    """Local inference's numpy path gives the torch policy's log-probabilities, values and logits,
-    and samples actions with the policy's probabilities."""
+def test_one_step_acting_matches_torch(share):
+    """act_one (the server's and the local client's step) acts in numpy for the built-in MLP: the
+    log-probability of a client's own action, values and logits are torch's, and sampled actions
+    follow the policy's probabilities."""
     from rlrun.cli import compose
     from rlrun.plugins import load_builtins
-    from rlrun.serving.local import NumpyMLP
+    from rlrun.serving.local import act_one
     from rlrun.workers import make_policy_factory
 
     load_builtins()
     cfg = compose(["+experiment=ppo_cartpole", f"model.vf_share_layers={str(share).lower()}"])
     policy = make_policy_factory(cfg)(OBS, ACT)["default_policy"]
-    assert NumpyMLP.supports(policy)
-    fast = NumpyMLP(policy.model, seed=0)
+    assert policy._numpy is not None
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    out = policy.compute_actions(obs, True, [])
+    with torch.inference_mode():
+        ref = policy.model(torch.as_tensor(obs))
+        logp_ref = torch.log_softmax(ref.dist_inputs, -1).numpy()
     for i in range(5):
-        _, logp, value, logits = fast(obs[i], int(out.actions[i]))
-        assert logp == pytest.approx(out.logp[i], abs=1e-5) and value == pytest.approx(out.values[i], abs=1e-5)
-        assert np.allclose(logits, out.dist_inputs[i], atol=1e-5)
-    p1 = np.exp(fast(obs[0], 1)[1])
-    assert np.mean([fast(obs[0], None)[0] for _ in range(20_000)]) == pytest.approx(p1, abs=0.015)
+        for a in (0, 1):
+            _, logp, value, logits = act_one(policy, obs[i], a)
+            assert logp == pytest.approx(logp_ref[i, a], abs=1e-5) and value == pytest.approx(ref.values[i], abs=1e-5)
+            assert np.allclose(logits, ref.dist_inputs[i], atol=1e-5)
+    p1 = np.exp(logp_ref[0, 1])
+    assert np.mean([act_one(policy, obs[0])[0] for _ in range(20_000)]) == pytest.approx(p1, abs=0.015)
