@@ -51,7 +51,9 @@ class MultiAgentRolloutWorker(WorkerBase):
             torch.set_num_threads(1)
             for policy in self.policy_map.values():
                 policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
-                policy.np_rng = np.random.default_rng(spec.seed + 1000 * spec.worker_index)
+                # in place: a policy's numpy actor holds this generator (rlrun/numpy_actor.py)
+                policy.np_rng.bit_generator.state = np.random.default_rng(
+                    spec.seed + 1000 * spec.worker_index).bit_generator.state
         agents = list(self.env.possible_agents)
         self.agents_of = {pid: [a for a in agents if self.agent_policy[a] == pid] for pid in self.policy_map}
         # slot j of a policy = agent j // n of its agents, in copy j % n

@@ -222,7 +222,7 @@ class RolloutWorker(WorkerBase):
         if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (small MLPs)
             torch.set_num_threads(1)
             for policy in self.policy_map.values():
-                policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
+                policy.reseed(spec.seed + 1000 * spec.worker_index)
         # sub-env j of worker w is seeded with seed + 1000 * w + j (gymnasium adds j itself)
         raw, infos = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
         self.obs = self.policy.filter_obs(raw, update=True)
