@@ -214,7 +214,9 @@ class DatasetWriter:
     def _emit(self, rows: SampleBatch, episodes: int) -> None:
         path = self.directory / f"{self._prefix}-{len(self.files):05d}.parquet"
         tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table_from_batch(rows, self.meta), tmp, compression="zstd")
+        # no dictionary encoding: float columns gain nothing from it, and it was 3/4 of the write time
+        # (104,599 CartPole rows: 260 ms and 6.5 MB with it, 70 ms and 4.9 MB without)
+        pq.write_table(table_from_batch(rows, self.meta), tmp, compression="zstd", use_dictionary=False)
         os.replace(tmp, path)
         self.files.append(path)
         self.rows_written += len(rows)
