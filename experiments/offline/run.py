@@ -253,7 +253,7 @@ mode, out = sys.argv[1], sys.argv[2]
 t = Trainer(compose(["+experiment=ppo_cartpole", "tracking=none"] + ([f"output={out}"] if mode == "on" else [])), ".")
 t.sample_batch()
 t0 = time.perf_counter(); n = 0
-for _ in range(200):
+for _ in range(600):  # ~300k env steps: a few seconds, long enough for this shared machine's noise
     n += len(t.sample_batch())
 for w in t.writers.values():
     w.close()
