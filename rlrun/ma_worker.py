@@ -50,10 +50,7 @@ class MultiAgentRolloutWorker(WorkerBase):
         if spec.worker_index > 0:
             torch.set_num_threads(1)
             for policy in self.policy_map.values():
-                policy.generator.manual_seed(spec.seed + 1000 * spec.worker_index)
-                # in place: a policy's numpy actor holds this generator (rlrun/numpy_actor.py)
-                policy.np_rng.bit_generator.state = np.random.default_rng(
-                    spec.seed + 1000 * spec.worker_index).bit_generator.state
+                policy.reseed(spec.seed + 1000 * spec.worker_index)
         agents = list(self.env.possible_agents)
         self.agents_of = {pid: [a for a in agents if self.agent_policy[a] == pid] for pid in self.policy_map}
         # slot j of a policy = agent j // n of its agents, in copy j % n

@@ -157,6 +157,11 @@ class HeuristicPolicy:
     def act(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def reseed(self, seed: int) -> None:
+        """As ``Policy.reseed``: both generators restart from ``seed``, in place."""
+        self.generator.manual_seed(seed)
+        self.np_rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+
     def filter_obs(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
         return obs  # heuristics read raw observations
 

@@ -73,21 +73,27 @@ class NumpyActor:
     @staticmethod
     def logp_of(logits: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """log softmax(logits)[action] per row."""
-        z = logits - logits.max(axis=1, keepdims=True)
-        logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-        return np.take_along_axis(logp_all, np.asarray(actions, dtype=np.int64)[:, None], axis=1)[:, 0]
+        return _pick(_log_softmax(logits), actions)
 
     def compute_actions(self, obs: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                            np.ndarray]:
         """(actions, their logp, values, logits): sampled with ``explore``, else the most likely."""
         logits, values = self.forward(obs)
-        z = logits - logits.max(axis=1, keepdims=True)
-        logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        logp_all = _log_softmax(logits)
         if explore:
             cdf = np.exp(logp_all).cumsum(axis=1)
-            u = self.rng.random(len(z), dtype=np.float32) * cdf[:, -1]
-            actions = np.minimum((u[:, None] > cdf).sum(axis=1), z.shape[1] - 1)
+            u = self.rng.random(len(logits), dtype=np.float32) * cdf[:, -1]
+            actions = np.minimum((u[:, None] > cdf).sum(axis=1), logits.shape[1] - 1)
         else:
             actions = logits.argmax(axis=1)
-        logp = np.take_along_axis(logp_all, actions[:, None], axis=1)[:, 0]
-        return actions.astype(np.int64), logp, values, logits
+        return actions.astype(np.int64), _pick(logp_all, actions), values, logits
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def _pick(per_action: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """``per_action[i, actions[i]]`` for each row i."""
+    return np.take_along_axis(per_action, np.asarray(actions, dtype=np.int64)[:, None], axis=1)[:, 0]

@@ -65,12 +65,16 @@ def messages_of(record: dict[str, Any]) -> list[Any]:
 
 def replay(record: dict[str, Any]) -> str:
     """Write a pending run whose writer is gone into MLflow from its record; the run's id."""
+    from rlrun.mlflow_runs import RUN_KEY_TAG
     from rlrun.tracking import MlflowTracker
 
     init = msg.Init(**record["init"])
-    run_id = record["run_id"] or init.resume_run_id or _run_of(init, record["output_dir"])
-    tracker = MlflowTracker(dataclasses.replace(init, resume_run_id=run_id))
-    for m in messages_of(record):
+    messages = messages_of(record)
+    run_id = record["run_id"] or init.resume_run_id
+    # else the run the dead writer created, if it got that far: the new writer finds it by run key
+    key = next((m.tags.get(RUN_KEY_TAG) for m in messages if isinstance(m, msg.Start)), None)
+    tracker = MlflowTracker(dataclasses.replace(init, resume_run_id=run_id, resume_run_key=None if run_id else key))
+    for m in messages:
         if isinstance(m, msg.Start):
             tracker.start(m.params, m.tags)
             tracker.wait_started()
@@ -86,19 +90,6 @@ def replay(record: dict[str, Any]) -> str:
     tracker.end(record["status"])
     assert tracker.run_id is not None
     return tracker.run_id
-
-
-def _run_of(init: msg.Init, output_dir: str) -> str | None:
-    """The run a dead writer created for ``output_dir`` before it died, if it got that far."""
-    from rlrun.mlflow_runs import open_store
-
-    client = open_store(init.uri)
-    exp = client.get_experiment_by_name(init.experiment_name)
-    if exp is None or "'" in output_dir:
-        return None
-    runs = client.search_runs([exp.experiment_id], f"tags.`rlrun.output_dir` = '{output_dir}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0].info.run_id if runs else None
 
 
 def pending_records(paths: list[str]) -> list[Path]:

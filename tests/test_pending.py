@@ -150,3 +150,29 @@ def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path
     assert only.info.run_id == run.info.run_id and only.info.status == "FINISHED"
     assert only.data.tags["rlrun.output_dir"] == str(resumed_dir)
     assert len(client.get_metric_history(run.info.run_id, "timesteps_total")) == 2
+
+
+def test_a_replay_without_the_run_id_finds_the_run_the_dead_writer_created(tmp_path):
+    """A record written before the trainer learnt the MLflow run id: rlrun-wait's replay finds the
+    run the killed writer had created by its run key instead of making a second one."""
+    for _attempt in range(3):  # the writer must have created the run, and not yet finished it
+        proc, out_dir = start_run(tmp_path, "stop.training_iteration=2", "tracking.log_model=false")
+        assert proc.wait(timeout=600) == 0
+        record = out_dir / "mlflow-pending.json"
+        data = json.loads(record.read_text())
+        deadline = time.monotonic() + 60
+        while not runs_of(tmp_path, out_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(data["writer_pid"], signal.SIGKILL)
+        if record.exists():
+            break
+    else:
+        raise AssertionError("the writer finished before it could be killed, three times")
+    while Path(f"/proc/{data['writer_pid']}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (created,) = runs_of(tmp_path, out_dir)
+    record.write_text(json.dumps({**data, "run_id": None}))  # as if the id had come after the record
+    p = rlrun_wait(tmp_path, str(out_dir))
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = runs_of(tmp_path, out_dir)
+    assert run.info.run_id == created.info.run_id and run.info.status == "FINISHED"
