@@ -56,8 +56,9 @@ class EnvConfig:
     # from `input` files or a policy server's clients, no online evaluation)
     id: str | None = "CartPole-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
-    # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync)
-    vectorize: Literal["auto", "vector_entry_point", "sync"] = "auto"
+    # how sub-envs are stepped: auto (the env's own numpy vector env if it has one, else sync);
+    # envpool: EnvPool's C++ pool (optional package, its envs only: CartPole-v1, Pendulum-v1, ...)
+    vectorize: Literal["auto", "vector_entry_point", "sync", "envpool"] = "auto"
     # gymnasium wrappers, applied in order: a name or {name: <wrapper>, <argument>: <value>} (rlrun/wrappers.py)
     wrappers: list[Any] = field(default_factory=list)
     # declared spaces ({type: Box, shape: [4]}, {type: Discrete, n: 2}; rlrun/offline/spaces.py): both or

@@ -127,7 +127,8 @@ def make_vector_env(
 
     ``vectorize='auto'`` uses the env's own numpy-vectorised implementation when gymnasium has one
     (CartPole-v1: ~10x faster than stepping Python envs in a loop) and a SyncVectorEnv otherwise;
-    with wrappers, only when every one of them has a vector form.
+    with wrappers, only when every one of them has a vector form. ``'envpool'``: EnvPool's C++ pool
+    (rlrun/envpool_env.py, optional package).
     """
     kwargs = dict(kwargs or {})
     check_env_id(env_id)
@@ -147,6 +148,13 @@ def make_vector_env(
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
     env_id = env_id.split(":", 1)[1] if ":" in env_id else env_id  # module:EnvId, its module imported above
+    if vectorize == "envpool":
+        from rlrun.envpool_env import EnvPoolVectorEnv
+
+        if not vector_ok:
+            raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=envpool every wrapper "
+                                "needs one (use env.vectorize=auto or sync)")
+        return wrap_vector_env(EnvPoolVectorEnv(env_id, num_envs, kwargs), specs)
     spec = gym.spec(env_id)
     mode = vectorize
     if mode == "auto":

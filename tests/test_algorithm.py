@@ -46,7 +46,7 @@ def test_trainer_learns_every_policy_to_train_and_reports_honest_metrics(tmp_pat
         before = {k: v.clone() for k, v in t.policy.model.state_dict().items()}
         r = t.train()
         assert any(not torch.equal(v, before[k]) for k, v in t.policy.model.state_dict().items())
-        # 10 epochs x 512 rows of minibatches per iteration: learn throughput counts rows trained, not sampled
+        # num_sgd_iter epochs over the batch per iteration: learn throughput counts rows trained, not sampled
         rows = cfg.algo.num_sgd_iter * r["rollout/env_steps_this_iter"]
         assert r["time/learn_throughput"] == pytest.approx(rows / r["time/learn_s"], rel=1e-6)
         assert "time/env_steps_trained_per_s" not in r

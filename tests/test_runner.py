@@ -84,7 +84,8 @@ def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "timesteps_total")]
     assert steps[: len(steps_before)] == steps_before and len(steps) > len(steps_before)
     assert steps == sorted(set(steps))  # no duplicate steps
-    assert max(b - a for a, b in itertools.pairwise(steps)) < 2 * 512  # no gap: at most one iteration apart
+    # no gap: at most one iteration (1024 rows, plus fewer than 32) apart
+    assert max(b - a for a, b in itertools.pairwise(steps)) < 2 * 1024
     assert run.data.metrics["rollout/episode_return_mean"] >= 475
     assert run.data.metrics["timesteps_total"] <= 150_000 + 600
 

@@ -34,8 +34,8 @@ def test_run_is_in_experiment_named_after_config(tracked_run):
 def test_params_and_tags(tracked_run):
     _, result, client = tracked_run
     data = client.get_run(result.run_id).data
-    assert data.params["algo.lr"] == "0.0025"
-    assert data.params["rollout.num_envs_per_worker"] == "16"
+    assert data.params["algo.lr"] == "0.0041"
+    assert data.params["rollout.num_envs_per_worker"] == "32"
     assert data.params["stop.rollout/episode_return_mean"] == "475.0"
     for tag in ("git_sha", "version.rlrun", "version.torch", "version.gymnasium"):
         assert data.tags[tag], tag

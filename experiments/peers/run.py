@@ -13,15 +13,16 @@ Every peer stops the way rlrun's presets do: at the first step where the mean re
 100 finished training episodes (SB3's ``ep_info_buffer``, 100 long) reaches the target, or at its
 budget (``target_met`` false). Peers run as ``python -c`` processes of their own, so their wall time
 includes their imports, as rlrun's includes its own. Runs are interleaved (task by task, seed by
-seed, rlrun then peer), so both see the same machine load. RLlib is measured when ``ray.rllib``
-imports (it does not in this repo's environment: ``ray[rllib]`` would pull dm-tree and other
-packages, and pins that move gymnasium; not installed yet).
+seed, rlrun then its peers), so all see the same machine load. RLlib runs in a Python of its own
+(``--rllib-python``): ``ray[rllib]`` 2.60 pins a gymnasium older than rlrun's, so it lives in a
+separate virtual environment (README.md shows how to make it).
 
 The peers' hyperparameters are rl-zoo3 2.9.2's ``hyperparams/ppo.yml`` / ``dqn.yml`` entries for
 the env, copied into ``PEERS`` below; budgets and schedule horizons are explained there.
 
     pip install -e ".[peers]"
     python experiments/peers/run.py [--seeds 0 1 2] [--tasks ppo_cartpole dqn_cartpole ppo_pendulum startup]
+        [--rllib-python .venv-rllib/bin/python]
 
 Writes results/latest.md, results/runs.csv and results/latest.png.
 """
@@ -95,6 +96,50 @@ print(json.dumps({{"env_steps": Stop.met or model.num_timesteps, "return": mean,
 """
 
 
+# RLlib 2.60's tuned example for PPO on CartPole-v1 (rllib/tuned_examples/ppo/cartpole_ppo.py in the
+# ray-project/ray repository at ray-2.60.0): lr 3e-4, 6 epochs, vf_loss_coeff 0.01, one hidden layer of
+# 32 linear units shared by the policy and value heads; every other setting is PPOConfig's default
+# (new API stack: train_batch_size_per_learner 4000, minibatch 128, 2 env runners). The stop is the
+# same as everyone's: the mean of the last 100 finished training episodes, which a callback collects
+# from the env-runner processes (RLlib's own ``episode_return_mean`` merges the runners' windows).
+RLLIB_RUN = """
+import json, os
+from collections import deque
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+SEED, BUDGET, TARGET = {seed}, {budget}, {target}
+RETURNS = os.path.abspath("returns.txt")
+
+class Returns(RLlibCallback):
+    def on_episode_end(self, *, episode, **kwargs):
+        with open(RETURNS, "a") as f:  # env runners are processes of their own: O_APPEND lines
+            f.write(f"{{episode.get_return()}}\\n")
+
+open(RETURNS, "w").close()
+ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+config = (PPOConfig().environment("CartPole-v1").debugging(seed=SEED).callbacks(Returns)
+          .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
+          .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
+                                                     vf_share_layers=True)))
+algo = config.build_algo()
+last, met, steps, seen = deque(maxlen=100), None, 0, 0
+while met is None and steps < BUDGET:
+    steps = int(algo.train()["num_env_steps_sampled_lifetime"])
+    with open(RETURNS) as f:
+        new = f.read().split()[seen:]
+    seen += len(new)
+    last.extend(float(x) for x in new)
+    if len(last) == 100 and sum(last) / 100 >= TARGET:
+        met = steps
+algo.stop()
+ray.shutdown()
+print(json.dumps({{"env_steps": steps, "return": sum(last) / max(1, len(last)), "target_met": met is not None}}))
+"""
+RLLIB_BUDGET = {"ppo_cartpole": 500_000}
+
+
 def timed(argv: list[str], cwd: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run ``argv`` with its output in files, as at a terminal; the time until the process exits.
     (With pipes, the caller would also wait for whatever child keeps them open: rlrun's MLflow
@@ -136,6 +181,15 @@ def run_sb3(task: str, seed: int) -> dict[str, object]:
         p, wall = timed([sys.executable, "-c", code], d)
     if p.returncode != 0:
         raise SystemExit(f"sb3 {task} seed {seed} failed:\n{p.stderr[-2000:]}")
+    return {"wall_s": round(wall, 2), **json.loads(p.stdout.strip().splitlines()[-1])}
+
+
+def run_rllib(task: str, seed: int, python: str) -> dict[str, object]:
+    code = RLLIB_RUN.format(seed=seed, budget=RLLIB_BUDGET[task], target=PEERS[task]["target"])
+    with tempfile.TemporaryDirectory(prefix="rlrun-peers-") as d:
+        p, wall = timed([python, "-c", code], d)
+    if p.returncode != 0:
+        raise SystemExit(f"rllib {task} seed {seed} failed:\n{p.stderr[-2000:]}")
     return {"wall_s": round(wall, 2), **json.loads(p.stdout.strip().splitlines()[-1])}
 
 
@@ -206,6 +260,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=["startup", "ppo_cartpole", "dqn_cartpole", "ppo_pendulum"])
+    ap.add_argument("--rllib-python", default=os.environ.get("RLLIB_PYTHON"),
+                    help="a Python with ray[rllib]==2.60.0 installed (its own venv: see README.md); "
+                         "RLlib runs the tasks in RLLIB_BUDGET")
     args = ap.parse_args()
     rows: list[dict[str, object]] = []
     for task in args.tasks:
@@ -215,6 +272,10 @@ def main() -> None:
             else:
                 rows.append({"task": task, "who": "rlrun", "seed": seed, **run_rlrun(task, seed)})
                 rows.append({"task": task, "who": "sb3 (rl-zoo3)", "seed": seed, **run_sb3(task, seed)})
+                if args.rllib_python and task in RLLIB_BUDGET:
+                    print(json.dumps(rows[-1]), flush=True)
+                    rows.append({"task": task, "who": "rllib (tuned example)", "seed": seed,
+                                 **run_rllib(task, seed, args.rllib_python)})
             print(json.dumps(rows[-1]), flush=True)
     report(rows)
 

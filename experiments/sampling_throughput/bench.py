@@ -6,7 +6,7 @@ of `workers.sample()` + `workers.sync_weights()` (what one training iteration do
 learning). Reports the median over rounds; writes results/latest.md, results/latest.csv and
 results/latest.png.
 
-    python experiments/sampling_throughput/bench.py [--rounds 7] [--rows 8192]
+    python experiments/sampling_throughput/bench.py [--rounds 7] [--rows 8192] [--vectorize auto envpool]
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def measure(workers: int, envs: int, rows: int, rounds: int) -> dict[str, float]:
+def measure(workers: int, envs: int, rows: int, rounds: int, vectorize: str = "auto") -> dict[str, object]:
     from rlrun import make_trainer
 
     frag = max(4, rows // envs)
     overrides = ["+experiment=ppo_cartpole", "tracking=none", f"rollout.num_envs_per_worker={envs}",
-                 f"rollout.rollout_fragment_length={frag}", f"algo.train_batch_size={frag * envs * max(workers, 1)}"]
+                 f"rollout.rollout_fragment_length={frag}", f"algo.train_batch_size={frag * envs * max(workers, 1)}",
+                 f"env.vectorize={vectorize}"]
     if workers:
         overrides += ["rollout=ray", f"rollout.num_workers={workers}"]
     trainer = make_trainer(overrides)
@@ -43,7 +44,8 @@ def measure(workers: int, envs: int, rows: int, rounds: int) -> dict[str, float]
             rates.append(n / (time.perf_counter() - t0))
     finally:
         trainer.stop()
-    return {"num_workers": workers, "num_envs_per_worker": envs, "rollout_fragment_length": frag,
+    return {"vectorize": vectorize, "num_workers": workers, "num_envs_per_worker": envs,
+            "rollout_fragment_length": frag,
             "env_steps_per_s": round(statistics.median(rates)), "min": round(min(rates)), "max": round(max(rates))}
 
 
@@ -53,22 +55,26 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8192, help="env steps per worker per round")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--vectorize", nargs="+", default=["auto"],
+                    help="env.vectorize modes to compare: auto (gymnasium's numpy CartPole), envpool")
     args = ap.parse_args()
     rows = []
     for w in args.workers:
         for e in args.envs:
-            r = measure(w, e, args.rows, args.rounds)
-            rows.append(r)
-            print(r, flush=True)
+            for v in args.vectorize:  # modes interleaved cell by cell: both see the same machine load
+                r = measure(w, e, args.rows, args.rounds, v)
+                rows.append(r)
+                print(r, flush=True)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     with open(out / "latest.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
         wr.writeheader()
         wr.writerows(rows)
-    table = ["| num_workers | num_envs_per_worker | fragment | env steps/s (median) | min | max |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    table += [f"| {r['num_workers']} | {r['num_envs_per_worker']} | {r['rollout_fragment_length']} | "
+    table = ["| env.vectorize | num_workers | num_envs_per_worker | fragment | env steps/s (median) | min | max |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    table += [f"| {r['vectorize']} | {r['num_workers']} | {r['num_envs_per_worker']} | "
+              f"{r['rollout_fragment_length']} | "
               f"{r['env_steps_per_s']:,} | {r['min']:,} | {r['max']:,} |" for r in rows]
     table.append(f"\n{args.rounds} rounds per cell, {args.rows} env steps per worker per round; "
                  f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
@@ -81,9 +87,11 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for w in args.workers:
-        pts = [r for r in rows if r["num_workers"] == w]
-        ax.plot([r["num_envs_per_worker"] for r in pts], [r["env_steps_per_s"] for r in pts], marker="o",
-                label=f"num_workers={w}" + (" (in-process)" if w == 0 else " (Ray)"))
+        for v in args.vectorize:
+            pts = [r for r in rows if r["num_workers"] == w and r["vectorize"] == v]
+            ax.plot([r["num_envs_per_worker"] for r in pts], [r["env_steps_per_s"] for r in pts], marker="o",
+                    linestyle="-" if v == "auto" else "--",
+                    label=f"num_workers={w}" + (" (in-process)" if w == 0 else " (Ray)") + f", {v}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("num_envs_per_worker")
