@@ -10,7 +10,10 @@ pool), batched spaces, and float64 rewards like gymnasium's own vector envs.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -22,10 +25,29 @@ from rlrun.registry import RegistryError
 INSTALL = "pip install envpool (or pip install -e '.[envpool]')"
 
 
-def envpool_ids() -> list[str]:
+def _envpool() -> Any:
+    """``import envpool``, which otherwise creates ``/tmp/envpool-jumanji-matplotlib`` and points
+    ``MPLCONFIGDIR`` there: matplotlib keeps its usual per-user directory instead."""
+    if "MPLCONFIGDIR" not in os.environ and "ENVPOOL_JUMANJI_MPLCONFIGDIR" not in os.environ:
+        import matplotlib
+
+        os.environ["ENVPOOL_JUMANJI_MPLCONFIGDIR"] = matplotlib.get_configdir()
     import envpool
 
-    return sorted(envpool.list_all_envs())
+    return envpool
+
+
+@contextlib.contextmanager
+def _quiet_spaces() -> Iterator[None]:
+    """EnvPool builds gymnasium Boxes from float64 bounds when it makes a pool and on its first reset;
+    gymnasium warns about each (harmless: the observations are float32)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def envpool_ids() -> list[str]:
+    return sorted(_envpool().list_all_envs())
 
 
 def check_envpool_id(env_id: str) -> None:
@@ -51,8 +73,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.env_id, self.num_envs, self._given = env_id, num_envs, dict(kwargs or {})
         self._kwargs = {"num_threads": 1, **self._given}
         self._pool = self._make(0)
-        with warnings.catch_warnings():  # its Box spaces have float64 bounds: gymnasium warns on each read
-            warnings.simplefilter("ignore", UserWarning)
+        with _quiet_spaces():
             self.single_observation_space = self._pool.observation_space
             self.single_action_space = self._pool.action_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
@@ -61,11 +82,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._act_dtype = self.single_action_space.dtype
 
     def _make(self, seed: int) -> Any:
-        import envpool
-
+        envpool = _envpool()
         try:
-            with warnings.catch_warnings():  # as below, when the pool builds its spaces
-                warnings.simplefilter("ignore", UserWarning)
+            with _quiet_spaces():
                 return envpool.make(self.env_id, env_type="gymnasium", num_envs=self.num_envs, seed=seed,
                                     **self._kwargs)
         except (TypeError, ValueError, RuntimeError) as e:  # unknown or bad kwargs
@@ -77,7 +96,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             self._pool.close()
             self._pool = self._make(int(seed if isinstance(seed, int) else seed[0]))
-        obs, _ = self._pool.reset()
+        with _quiet_spaces():
+            obs, _ = self._pool.reset()
         return obs, {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

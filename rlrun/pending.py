@@ -114,13 +114,20 @@ def wait_for(path: Path, timeout_s: float) -> str:
     while path.exists() and writer_alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     if not path.exists():
-        return f"{out_dir}: MLflow run complete"
+        return f"{out_dir}: MLflow run complete: {where(record)}"
     if writer_alive():
         raise TimeoutError(f"{out_dir}: still being written by the MLflow writer (pid {pid}) after {timeout_s:g} s")
     run_id = replay(record)
     path.unlink()
     return f"{out_dir}: the MLflow writer (pid {pid}) stopped before it finished; written from the record: " \
            f"run {run_id} complete"
+
+
+def where(record: dict[str, Any]) -> str:
+    """The run (its id if the record has it, else its name), its experiment and how to browse it."""
+    init = record["init"]
+    run = f"run {record['run_id']}" if record.get("run_id") else f"run '{init.get('run_name')}'"
+    return f"{run} in experiment '{init['experiment_name']}' (mlflow ui --backend-store-uri {init['uri']})"
 
 
 def finish_pending(checkpoint: Path, timeout_s: float = 600.0) -> str | None:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
-from dataclasses import replace
 from typing import Any
 
 from rlrun.batch import SampleBatch
@@ -75,8 +73,7 @@ class WorkerSet:
         self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
         self.worker_cls = worker_class(cfg)
         self.num_workers = cfg.rollout.num_workers
-        self._server_token: str | None = None
-        self._server_ports: dict[int, int] = {}
+        self._servers: Any = None  # serving.on_ray.RayServers when the servers are Ray workers
         self.local_worker = worker_class(cfg, local=True)(self._spec(cfg.seed, 0), policy_factory)
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
@@ -93,11 +90,10 @@ class WorkerSet:
     def _start_remote(self) -> None:
         import ray
 
-        serving = self.cfg.rollout.server is not None
-        if serving:  # one token for every endpoint, from the driver's file: a worker's node may not have it
-            from rlrun.serving.worker import server_token
+        if self.cfg.rollout.server is not None:
+            from rlrun.serving.on_ray import RayServers
 
-            self._server_token, token_path, fresh = server_token(self._spec(self.cfg.seed, 0))
+            self._servers = RayServers(self._spec(self.cfg.seed, 0))
         rc = self.cfg.rollout.ray
         self._ray_owned = init_ray(rc, self.launch_dir)
         self._actor_cls = ray.remote(num_cpus=self.cfg.rollout.num_cpus_per_worker, max_restarts=0,
@@ -107,17 +103,11 @@ class WorkerSet:
         try:
             self._wait_placed()
         except ConfigError:
-            if serving and fresh:  # e.g. a port is taken: a token nobody will use is not left behind
-                token_path.unlink(missing_ok=True)
+            if self._servers is not None:
+                self._servers.failed_to_start()
             raise
-        if serving:
-            from rlrun.serving.worker import announce_servers
-
-            addresses = ray.get([w.address.remote() for _, w in sorted(self._remote.items())])
-            # a restarted worker listens where its clients know it, also with port: 0
-            self._server_ports = {i: int(a.rsplit(":", 1)[1]) for i, a in zip(sorted(self._remote), addresses,
-                                                                            strict=True)}
-            announce_servers(self._spec(self.cfg.seed, 0), addresses, token_path, on_ray=True)
+        if self._servers is not None:
+            self._servers.started(self._remote)
         self.sync_weights()
 
     def _wait_placed(self) -> None:
@@ -166,15 +156,14 @@ class WorkerSet:
     def _make_actor(self, index: int) -> Any:
         seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
         spec = self._spec(seed, index)
-        if index in self._server_ports:
-            spec = replace(spec, server_port=self._server_ports[index])
+        if self._servers is not None:
+            spec = self._servers.spec_for(spec)
         return self._actor_cls.remote(spec, self.policy_factory)
 
     def _spec(self, seed: int, index: int) -> WorkerSpec:
         c = self.cfg
         return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
-                          callbacks=tuple(c.callbacks), record_next_obs=c.output is not None,
-                          server_token=self._server_token if index else None)
+                          callbacks=tuple(c.callbacks), record_next_obs=c.output is not None)
 
     def placement(self) -> dict[str, str]:
         """``{worker index: node}`` of the remote workers, a node named by its custom resources (those
@@ -222,12 +211,8 @@ class WorkerSet:
         actor = self._make_actor(index)
         actor.set_weights.remote(self._weights_ref(), self._timestep(), self._filters())
         self._remote[index] = actor
-        if self.cfg.rollout.server is not None:  # where its clients find it now (a new port with port: 0)
-            try:
-                address = ray.get(actor.address.remote(), timeout=self.cfg.rollout.ray.start_timeout_s)
-            except Exception:  # it failed again: the next sample() restarts or stops the run
-                return
-            print(f"rlrun: policy server of Ray worker {index} restarted on {address}", file=sys.stderr, flush=True)
+        if self._servers is not None:
+            self._servers.restarted(index, actor, self.cfg.rollout.ray.start_timeout_s)
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> list[SampleBatch]:

@@ -60,6 +60,9 @@ def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
     done = f"{out_dir.relative_to(tmp_path)}: MLflow run complete"
     assert p.returncode == 0 and done in p.stdout, p.stdout + p.stderr
     assert_complete(tmp_path, out_dir, 2)
+    (run,) = runs_of(tmp_path, out_dir)  # which run, where, and how to browse it
+    assert run.info.run_id in p.stdout or f"run '{run.info.run_name}'" in p.stdout, p.stdout
+    assert f"in experiment 'ppo_cartpole' (mlflow ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db)" in p.stdout
     p = rlrun_wait(tmp_path)
     assert p.returncode == 0 and p.stdout.strip() == "rlrun-wait: nothing pending", p.stdout
 
