@@ -265,18 +265,22 @@ def main() -> None:
                          "RLlib runs the tasks in RLLIB_BUDGET")
     args = ap.parse_args()
     rows: list[dict[str, object]] = []
+
+    def add(*new: dict[str, object]) -> None:
+        for row in new:  # every row as it comes: an interrupted benchmark keeps what it measured
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
     for task in args.tasks:
         for seed in args.seeds:
             if task == "startup":
-                rows += run_startup(seed)
-            else:
-                rows.append({"task": task, "who": "rlrun", "seed": seed, **run_rlrun(task, seed)})
-                rows.append({"task": task, "who": "sb3 (rl-zoo3)", "seed": seed, **run_sb3(task, seed)})
-                if args.rllib_python and task in RLLIB_BUDGET:
-                    print(json.dumps(rows[-1]), flush=True)
-                    rows.append({"task": task, "who": "rllib (tuned example)", "seed": seed,
-                                 **run_rllib(task, seed, args.rllib_python)})
-            print(json.dumps(rows[-1]), flush=True)
+                add(*run_startup(seed))
+                continue
+            add({"task": task, "who": "rlrun", "seed": seed, **run_rlrun(task, seed)})
+            add({"task": task, "who": "sb3 (rl-zoo3)", "seed": seed, **run_sb3(task, seed)})
+            if args.rllib_python and task in RLLIB_BUDGET:
+                add({"task": task, "who": "rllib (tuned example)", "seed": seed,
+                     **run_rllib(task, seed, args.rllib_python)})
     report(rows)
 
 
