@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlrun.batch import SampleBatch
 from rlrun.config import RunConfig
@@ -22,6 +22,9 @@ from rlrun.ray_instance import init_ray, shutdown_ray
 from rlrun.registry import RegistryError
 from rlrun.schema import ConfigError
 from rlrun.workers import EpisodeStats, PolicyFactory, RolloutWorker, WorkerBase, WorkerSpec
+
+if TYPE_CHECKING:
+    from rlrun.serving.on_ray import RayServers
 
 # how a config or plugin error raised in a Ray worker's constructor reads in the RayActorError
 CONSTRUCTOR_CONFIG_ERROR = re.compile(r"(ConfigError|RegistryError|PluginError): (.+)$", re.MULTILINE)
@@ -73,7 +76,7 @@ class WorkerSet:
         self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
         self.worker_cls = worker_class(cfg)
         self.num_workers = cfg.rollout.num_workers
-        self._servers: Any = None  # serving.on_ray.RayServers when the servers are Ray workers
+        self._servers: RayServers | None = None  # the policy servers, when they are Ray workers
         self.local_worker = worker_class(cfg, local=True)(self._spec(cfg.seed, 0), policy_factory)
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
