@@ -56,11 +56,11 @@ def check_envpool_id(env_id: str) -> None:
         ids = envpool_ids()
     except ImportError:
         raise RegistryError(f"env.vectorize: envpool needs the envpool package, which is not installed; {INSTALL}, "
-                          "or use env.vectorize=auto") from None
+                            "or use env.vectorize=auto") from None
     if env_id not in ids:
-        sample = ", ".join(i for i in ids if "/" not in i and i[:1].isupper())
+        shared = [i for i in ids if i in gym.registry]  # the ids a gymnasium user knows, of its 1,600
         raise RegistryError(f"env.vectorize: envpool has no env '{env_id}'{suggest(env_id, ids)}; it has "
-                          f"{sample[:300]}, ... (or use env.vectorize=auto)")
+                            f"{', '.join(shared[:12])}, ... (or use env.vectorize=auto)")
 
 
 class EnvPoolVectorEnv(gym.vector.VectorEnv):
