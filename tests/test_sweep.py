@@ -141,7 +141,8 @@ def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
     parent, children = _sweep_runs(client)
     assert len(children) == 3
     best = json.loads(parent.data.tags["rlrun.best_params"])
-    assert set(best) == {"algo.lr", "algo.gae_lambda", "algo.gamma", "loss.clip_param"}
+    assert set(best) == {"algo.lr", "algo.gae_lambda", "algo.gamma", "loss.clip_param", "algo.num_sgd_iter",
+                         "algo.train_batch_size"}
     assert "optimization_results.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
