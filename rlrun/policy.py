@@ -267,25 +267,22 @@ class Policy:
         return stats
 
     def _minibatches(self, batch: SampleBatch) -> Iterator[TorchBatch]:
-        """``num_sgd_iter`` epochs, each a shuffled split of the batch into ``round(n /
-        sgd_minibatch_size)`` minibatches of near-equal size (the whole batch, unshuffled, when that
-        is one). A batch a few rows longer than a multiple of the size (a fragment ends on whole
-        vector steps) so never takes an extra step on a handful of rows: on ``ppo_cartpole`` such
-        steps were 7 of every 17. A recurrent policy's minibatches are whole sequences
-        (rlrun/sequences.py)."""
+        """``num_sgd_iter`` epochs of shuffled ``sgd_minibatch_size`` minibatches (the whole batch
+        at once, unshuffled, when the minibatch size is the batch). A recurrent policy's minibatches
+        are whole sequences (rlrun/sequences.py)."""
         tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
         n = len(batch)
         mb = self.config.sgd_minibatch_size or n
         if self.recurrent:
             yield from self._sequence_minibatches(batch, tb, mb)
             return
-        parts = max(1, round(n / mb))
         for _ in range(self.config.num_sgd_iter):
-            if parts == 1:
+            if mb >= n:
                 yield tb
                 continue
             perm = torch.randperm(n, generator=self.generator)
-            for idx in torch.tensor_split(perm, parts):
+            for start in range(0, n, mb):
+                idx = perm[start : start + mb]
                 yield {k: v[idx] for k, v in tb.items()}
 
     def _sequence_minibatches(self, batch: SampleBatch, tb: TorchBatch, mb: int) -> Iterator[TorchBatch]:

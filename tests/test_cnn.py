@@ -81,8 +81,8 @@ def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps_and_rlrun_eval_render
     assert float(s["final"]) >= 0.85 and int(s["steps"]) <= 200_000, s
     # the saved CNN policy on the same wrapped env (image observations) in rlrun-eval, with a GIF. Its
     # actions are sampled, as in training: at 0.85 the greedy argmax of this preset is "always forward"
-    # on most seeds (into the wall until the time limit: seeds 1 and 2 before the near-equal
-    # minibatches, 0-2 after), so only a sampled-action return says whether the saved policy works.
+    # on most seeds (into the wall until the time limit: seeds 1 and 2), so only a sampled-action
+    # return says whether the saved policy works.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=10", "render=true",
                         "render_episodes=1", "explore=true", f"output={tmp_path / 'rec'}"],

@@ -81,25 +81,3 @@ def test_the_numpy_actor_samples_actions_with_their_probabilities():
     freq = np.bincount(out.actions, minlength=3) / len(obs)
     np.testing.assert_allclose(freq, probs, atol=0.015)
     assert out.actions.dtype == np.int64 and out.logp.dtype == np.float32
-
-
-@pytest.mark.parametrize(("rows", "size", "steps_per_epoch", "sizes"), [
-    (524, 512, 1, {524}),        # a fragment a few rows over the size: one step, not 512 + 12
-    (1030, 512, 2, {515}),       # two equal halves
-    (256, 64, 4, {64}),
-    (300, 64, 5, {60}),          # round(300 / 64) = 5 steps of 60, not 4 x 64 + 44
-])
-def test_minibatches_split_the_batch_into_near_equal_parts(rows, size, steps_per_epoch, sizes):
-    from rlrun.algos.ppo import PPOConfig
-
-    load_builtins()
-    policy = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
-                         algo_config=PPOConfig(num_sgd_iter=3, sgd_minibatch_size=size), seed=0)
-    batch = _ppo_batch(policy, n=rows)
-    parts = list(policy._minibatches(batch))
-    assert len(parts) == 3 * steps_per_epoch
-    assert {len(p[SampleBatch.OBS]) for p in parts} == sizes
-    for epoch in range(3):  # each epoch covers every row once
-        seen = torch.cat([p[SampleBatch.OBS][:, 0] for p in parts[epoch * steps_per_epoch:][:steps_per_epoch]])
-        assert sorted(seen.tolist()) == sorted(batch[SampleBatch.OBS][:, 0].tolist())
-    assert policy.learn_on_batch(batch)["train/num_sgd_steps"] == 3 * steps_per_epoch
