@@ -1,7 +1,8 @@
 """WorkerSet: the local worker plus ``num_workers`` remote RolloutWorker Ray actors.
 
-The only training module that imports Ray (rlrun/ray_instance.py starts and stops it), and only
-when ``num_workers > 0``. Synchronous sampling: every
+The training module that drives Ray (rlrun/ray_instance.py starts and stops it;
+serving/on_ray.py, which it calls, asks policy-server actors for their addresses), and only when
+``num_workers > 0``. Synchronous sampling: every
 healthy remote worker samples one fragment in parallel; results are ordered by worker index, so a
 seed gives the same batch whatever finishes first. Weights go out with one ``ray.put`` per
 iteration. A worker that dies (process killed, env raised, timed out) loses at most the fragment it

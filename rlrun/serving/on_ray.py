@@ -2,9 +2,9 @@
 
 The driver holds what every endpoint shares and what must outlive a worker: the one token (from the
 driver's token file: a worker's node may not have it) and each worker's port once it listens, so a
-restarted worker listens where its clients know it, also with ``port: 0``. WorkerSet (the only
-training module that imports Ray) asks this object for each worker's spec and tells it when workers
-start or restart.
+restarted worker listens where its clients know it, also with ``port: 0``. WorkerSet asks this
+object for each worker's spec and tells it when workers start or restart; the Ray calls here only
+ask those actors for their addresses.
 """
 
 from __future__ import annotations
