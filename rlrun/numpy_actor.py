@@ -1,4 +1,5 @@
-"""Acting without torch for the built-in ``mlp`` model with a categorical action distribution.
+"""Acting without torch for the built-in ``mlp`` model with a categorical or diagonal Gaussian
+action distribution.
 
 A rollout worker calls the policy once per vector step on a few dozen rows. At that size torch's
 per-op dispatch dominates. Measured here (2-core VM, ``compute_actions`` of the 64x64 ``ppo_cartpole``
@@ -12,6 +13,7 @@ generator, which checkpoints already carry.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,7 @@ def _tanh(x: np.ndarray) -> np.ndarray:
 
 _NUMPY_ACT: dict[Any, Callable[[np.ndarray], np.ndarray]] = {torch.tanh: _tanh, torch.relu: _relu}
 Layer = tuple[np.ndarray, np.ndarray]  # (weight [in, out] view, bias [out] view)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _views(layer: torch.nn.Linear) -> Layer:
@@ -36,26 +39,36 @@ def _views(layer: torch.nn.Linear) -> Layer:
 
 
 class NumpyActor:
-    """Logits, values, sampled actions and their log-probabilities of an ``MLPModel`` in numpy."""
+    """Distribution inputs, values, sampled actions and their log-probabilities of an ``MLPModel``
+    in numpy: logits of a ``Categorical``, or means then log-stds of a ``DiagGaussian``."""
 
-    def __init__(self, model: Any, rng: np.random.Generator) -> None:
+    def __init__(self, model: Any, rng: np.random.Generator, gaussian: bool = False) -> None:
         self.act = _NUMPY_ACT[model._act]
         self.pi = [_views(la) for la in model._pi_layers]
         self.vf = None if model._vf_layers is None else [_views(la) for la in model._vf_layers]
         self.pi_head, self.vf_head = _views(model.pi_head), _views(model.vf_head)
+        self.log_std = model.log_std.detach().numpy() if model.free_log_std else None  # a view too
+        self.gaussian = gaussian
         self.rng = rng
+        self._rows = np.arange(0)  # row indices of the last batch size, reused
 
     @staticmethod
     def supports(policy: Any) -> bool:
-        """The policy's actions come from the built-in MLP and a categorical distribution (no
-        algorithm hook of its own, an activation numpy has, float32 parameters)."""
-        from rlrun.distributions import Categorical
+        """The policy's actions come from the built-in MLP and a categorical or diagonal Gaussian
+        distribution (no algorithm hook of its own, an activation numpy has, float32 parameters)."""
         from rlrun.models import MLPModel
 
         model = policy.model
-        return (type(model) is MLPModel and policy.dist_class is Categorical and model._act in _NUMPY_ACT
+        return (type(model) is MLPModel and NumpyActor.kind(policy) is not None and model._act in _NUMPY_ACT
                 and policy.hooks.compute_actions is None
                 and all(p.dtype == torch.float32 for p in model.parameters()))
+
+    @staticmethod
+    def kind(policy: Any) -> str | None:
+        """'categorical', 'gaussian', or None for a distribution this module does not sample."""
+        from rlrun.distributions import Categorical, DiagGaussian
+
+        return {Categorical: "categorical", DiagGaussian: "gaussian"}.get(policy.dist_class)
 
     def _torso(self, layers: list[Layer], x: np.ndarray) -> np.ndarray:
         for w, b in layers:
@@ -63,37 +76,74 @@ class NumpyActor:
         return x
 
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Logits ``[N, A]`` and values ``[N]`` for observations ``[N, ...]``."""
+        """Distribution inputs ``[N, K]`` and values ``[N]`` for observations ``[N, ...]``."""
         x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
         h = self._torso(self.pi, x)
-        logits = h @ self.pi_head[0] + self.pi_head[1]
+        out = h @ self.pi_head[0] + self.pi_head[1]
+        if self.log_std is not None:
+            out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
         hv = h if self.vf is None else self._torso(self.vf, x)
-        return logits, (hv @ self.vf_head[0] + self.vf_head[1])[:, 0]
+        return out, (hv @ self.vf_head[0] + self.vf_head[1])[:, 0]
 
-    @staticmethod
-    def logp_of(logits: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """log softmax(logits)[action] per row."""
-        return _pick(_log_softmax(logits), actions)
+    def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The log-probability of each row's action."""
+        if self.gaussian:
+            return _gaussian_logp(dist_inputs, np.asarray(actions, dtype=np.float32))
+        z = dist_inputs - dist_inputs.max(axis=1, keepdims=True)
+        logp_all = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return logp_all[np.arange(len(dist_inputs)), np.asarray(actions, dtype=np.int64)]
 
     def compute_actions(self, obs: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                            np.ndarray]:
-        """(actions, their logp, values, logits): sampled with ``explore``, else the most likely."""
-        logits, values = self.forward(obs)
-        logp_all = _log_softmax(logits)
+        """(actions, their logp, values, distribution inputs): sampled with ``explore``, else the
+        most likely."""
+        dist_inputs, values = self.forward(obs)
+        if self.gaussian:
+            actions, logp = self._sample_gaussian(dist_inputs, explore)
+        elif explore and dist_inputs.shape[1] == 2:
+            actions, logp = self._sample_two(dist_inputs)
+        else:
+            actions, logp = self._sample_categorical(dist_inputs, explore)
+        return actions, logp, values, dist_inputs
+
+    def _sample_categorical(self, logits: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """One exp serves both the log-softmax and the sampling: an action is drawn by inverse CDF on
+        the unnormalised ``exp(z)`` (u scaled by its sum), and the per-row pick is plain fancy
+        indexing (``take_along_axis`` cost ~15 us of a 64-row call here)."""
+        z = logits - logits.max(axis=1, keepdims=True)
+        cdf = np.exp(z).cumsum(axis=1)
+        total = cdf[:, -1]
+        n = len(logits)
         if explore:
-            cdf = np.exp(logp_all).cumsum(axis=1)
-            u = self.rng.random(len(logits), dtype=np.float32) * cdf[:, -1]
+            u = self.rng.random(n, dtype=np.float32) * total
             actions = np.minimum((u[:, None] > cdf).sum(axis=1), logits.shape[1] - 1)
         else:
             actions = logits.argmax(axis=1)
-        return actions.astype(np.int64), _pick(logp_all, actions), values, logits
+        if len(self._rows) != n:
+            self._rows = np.arange(n)
+        return actions, z[self._rows, actions] - np.log(total)
+
+    def _sample_two(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Two actions (CartPole's case): the same draw as the inverse CDF (action 1 iff u > p(0)),
+        with both log-probabilities from one softplus of the log-odds: 8.8 us instead of 21 us for
+        64 rows here, ~5% of a 64-sub-env vector step."""
+        d = logits[:, 1] - logits[:, 0]
+        softplus = np.logaddexp(0.0, d)  # -log p(0)
+        u = self.rng.random(len(d), dtype=np.float32)
+        actions = (u > np.exp(-softplus)).astype(np.int64)
+        return actions, np.where(actions == 1, d - softplus, -softplus)
+
+    def _sample_gaussian(self, dist_inputs: np.ndarray, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        """mean + std * N(0, 1) noise (the mean itself without ``explore``), unclipped."""
+        mean, log_std = np.split(dist_inputs, 2, axis=1)
+        if not explore:
+            return mean, _gaussian_logp(dist_inputs, mean)
+        noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
+        actions = mean + np.exp(log_std) * noise
+        return actions, (-0.5 * noise * noise - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-
-
-def _pick(per_action: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """``per_action[i, actions[i]]`` for each row i."""
-    return np.take_along_axis(per_action, np.asarray(actions, dtype=np.int64)[:, None], axis=1)[:, 0]
+def _gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    mean, log_std = np.split(dist_inputs, 2, axis=1)
+    z = (actions - mean) / np.exp(log_std)
+    return (-0.5 * z * z - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)

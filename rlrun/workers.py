@@ -244,8 +244,8 @@ class RolloutWorker(WorkerBase):
     def sample(self) -> SampleBatch:
         """One fragment: at least ``rollout_fragment_length x num_envs`` rows (fewer than
         ``num_envs`` extra), postprocessed, rows of each episode contiguous and in time order."""
-        n, target = self.num_envs, self.fragment_length * self.num_envs
-        if self.complete_episodes and self._started:
+        n, target, complete = self.num_envs, self.fragment_length * self.num_envs, self.complete_episodes
+        if complete and self._started:
             self._restart_episodes()
         self._started = True
         cap = self.fragment_length + self.fragment_length // 4 + 4
@@ -253,7 +253,7 @@ class RolloutWorker(WorkerBase):
         last_end = np.full(n, -1, dtype=np.int64)  # complete_episodes: last step that ended an episode
         rows_at_end = np.zeros(n, dtype=np.int64)
         rows_per_env = np.zeros(n, dtype=np.int64)
-        step = 0
+        step = rows = 0
         while True:
             if step == cap:
                 buf = self._grow(buf, cap)
@@ -265,24 +265,27 @@ class RolloutWorker(WorkerBase):
             next_obs = self.policy.filter_obs(raw_next, update=True) if self._filtered else raw_next
             valid = ~self._prev_done
             self._record(buf, step, out, rew, term, trunc, valid)
-            rows_per_env += valid
-            self._ep_return += np.where(valid, rew, 0.0)
+            np.add(self._ep_return, rew, out=self._ep_return, where=valid)
             self._ep_len += valid
-            done = (term | trunc) & valid
+            done = np.logical_or(term, trunc)
+            done &= valid
+            if complete:
+                rows_per_env += valid
             if done.any():
                 self._end_episodes(done)
-                last_end[done] = step
-                rows_at_end[done] = rows_per_env[done]
+                if complete:
+                    last_end[done] = step
+                    rows_at_end[done] = rows_per_env[done]
             if self._tracker:
                 self._tracker.step(actions, raw_next, rew, done, valid, infos, self._eps_id)
             self._prev_done = done
             self.obs = next_obs
             step += 1
-            rows = int(rows_at_end.sum()) if self.complete_episodes else int(rows_per_env.sum())
+            rows = int(rows_at_end.sum()) if complete else rows + int(np.count_nonzero(valid))
             if rows >= target:
                 break
         frag = SampleBatch({k: v[:step] for k, v in buf.items()})
-        if self.complete_episodes:  # drop each sub-env's unfinished tail
+        if complete:  # drop each sub-env's unfinished tail
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
         if self.policy.needs_next_obs or self.spec.record_next_obs:  # the dummy row's obs is the final obs
             frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
@@ -350,12 +353,13 @@ class RolloutWorker(WorkerBase):
         return {k: np.concatenate([v, np.zeros_like(v)]) for k, v in buf.items()}
 
     def _end_episodes(self, done: np.ndarray) -> None:
-        self._episodes.returns.extend(self._ep_return[done].tolist())
-        self._episodes.lengths.extend(self._ep_len[done].tolist())
-        self._ep_return[done] = 0.0
-        self._ep_len[done] = 0
-        k = int(done.sum())
-        self._eps_id[done] = self._id_base + self._next_eps + np.arange(k)
+        ended = np.flatnonzero(done)  # indices once: boolean masks cost a scan per use
+        self._episodes.returns.extend(self._ep_return[ended].tolist())
+        self._episodes.lengths.extend(self._ep_len[ended].tolist())
+        self._ep_return[ended] = 0.0
+        self._ep_len[ended] = 0
+        k = len(ended)
+        self._eps_id[ended] = self._id_base + self._next_eps + np.arange(k)
         self._next_eps += k
 
     def _restart_episodes(self) -> None:

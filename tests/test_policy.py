@@ -39,16 +39,16 @@ def _ppo_batch(policy, n=256, seed=0):
                         SampleBatch.VALUE_TARGETS: rng.normal(size=n).astype(np.float32)})
 
 
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_the_numpy_actor_follows_the_torch_model_through_learning_and_set_weights(activation):
+@pytest.mark.parametrize(("activation", "n_actions"), [("tanh", 3), ("relu", 3), ("tanh", 2)])
+def test_the_numpy_actor_follows_the_torch_model_through_learning_and_set_weights(activation, n_actions):
     """The built-in MLP + categorical acts in numpy on views of the torch weights: after SGD steps and
     after set_weights its logits, values, logp and greedy actions are the torch model's."""
     from rlrun.models import MLPConfig
 
     load_builtins()
-    policy = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
+    policy = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(n_actions),
                          model_config=MLPConfig(activation=activation), seed=3)
-    other = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
+    other = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(n_actions),
                         model_config=MLPConfig(activation=activation), seed=4)
     assert policy._numpy is not None
     obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
@@ -70,14 +70,61 @@ def test_the_numpy_actor_follows_the_torch_model_through_learning_and_set_weight
     assert not np.allclose(policy.get_weights()["pi_head.weight"], 0)
 
 
-def test_the_numpy_actor_samples_actions_with_their_probabilities():
+@pytest.mark.parametrize("bias", [[0.0, 1.0, 2.0], [0.0, 1.0]])  # two actions take their own path
+def test_the_numpy_actor_samples_actions_with_their_probabilities(bias):
     load_builtins()
-    policy = make_policy("pg", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3), seed=0)
+    policy = make_policy("pg", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(len(bias)), seed=0)
     with torch.no_grad():
-        policy.model.pi_head.bias.copy_(torch.tensor([0.0, 1.0, 2.0]))  # probabilities ~ 0.09 / 0.24 / 0.67
+        policy.model.pi_head.bias.copy_(torch.tensor(bias))  # probabilities ~ 0.09 / 0.24 / 0.67 or 0.27 / 0.73
     obs = np.zeros((20_000, 4), np.float32)
     out = policy.compute_actions(obs)
     probs = torch.softmax(policy.model(torch.as_tensor(obs[:1])).dist_inputs, -1)[0].detach().numpy()
-    freq = np.bincount(out.actions, minlength=3) / len(obs)
+    freq = np.bincount(out.actions, minlength=len(bias)) / len(obs)
     np.testing.assert_allclose(freq, probs, atol=0.015)
+    np.testing.assert_allclose(out.logp, np.log(probs)[out.actions], rtol=1e-5)
     assert out.actions.dtype == np.int64 and out.logp.dtype == np.float32
+
+
+@pytest.mark.parametrize("free_log_std", [True, False])
+def test_the_numpy_actor_samples_a_gaussian_like_the_torch_distribution(free_log_std):
+    """Box actions from the built-in MLP act in numpy too: the means and log-stds are the torch
+    model's (after an SGD step as well), greedy actions are the means, sampled actions have the
+    distribution's moments and their logp is DiagGaussian.logp."""
+    from rlrun.distributions import DiagGaussian
+    from rlrun.models import MLPConfig
+
+    load_builtins()
+    space = gym.spaces.Box(-2, 2, (2,), np.float32)
+    policy = make_policy("ppo", gym.spaces.Box(-5, 5, (3,), np.float32), space,
+                         model_config=MLPConfig(free_log_std=free_log_std), seed=1)
+    assert policy._numpy is not None and policy._numpy.gaussian
+    obs = np.random.default_rng(2).normal(size=(4000, 3)).astype(np.float32)
+    seen = []
+    for step in ("initial", "learned"):
+        if step == "learned":
+            policy.learn_on_batch(_ppo_batch_box(policy, obs[:256]))
+        with torch.inference_mode():
+            ref = policy.model(torch.as_tensor(obs))
+        greedy = policy.compute_actions(obs, explore=False)
+        np.testing.assert_allclose(greedy.dist_inputs, ref.dist_inputs.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
+        np.testing.assert_allclose(greedy.actions, ref.dist_inputs[:, :2].numpy(), rtol=1e-5, atol=1e-6)
+        out = policy.compute_actions(obs)
+        dist = DiagGaussian(ref.dist_inputs)
+        expected = dist.logp(torch.as_tensor(out.actions)).numpy()
+        np.testing.assert_allclose(out.logp, expected, rtol=1e-4, atol=1e-5, err_msg=step)
+        np.testing.assert_allclose(policy.logp_of(out.dist_inputs, out.actions), expected, rtol=1e-4, atol=1e-5)
+        z = (out.actions - dist.mean.numpy()) / dist.std.numpy()
+        assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05, (z.mean(), z.std())
+        assert out.actions.dtype == np.float32 and out.logp.dtype == np.float32
+        seen.append(greedy.dist_inputs)
+    assert not np.allclose(seen[0], seen[1])  # the SGD step moved the means and log-stds the numpy actor reads
+
+
+def _ppo_batch_box(policy, obs):
+    rng = np.random.default_rng(0)
+    out = policy.compute_actions(obs)
+    n = len(obs)
+    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: out.actions, SampleBatch.ACTION_LOGP: out.logp,
+                        SampleBatch.ACTION_DIST_INPUTS: out.dist_inputs, SampleBatch.VF_PREDS: out.values,
+                        SampleBatch.ADVANTAGES: rng.normal(size=n).astype(np.float32),
+                        SampleBatch.VALUE_TARGETS: rng.normal(size=n).astype(np.float32)})
