@@ -147,3 +147,32 @@ def _gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
     mean, log_std = np.split(dist_inputs, 2, axis=1)
     z = (actions - mean) / np.exp(log_std)
     return (-0.5 * z * z - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)
+
+
+class NumpyQ:
+    """Q-values of the built-in ``q_mlp`` (dueling or not) in numpy, on views of its parameters.
+    DQN acts on one row per sub-env per step: with 1 sub-env the torch forward pass of the 256x256
+    net cost ~275 us of a ~324 us env step here, a third of ``dqn_cartpole``'s wall time."""
+
+    def __init__(self, model: Any) -> None:
+        self.act = _NUMPY_ACT[model._act]
+        self.torso = [_views(la) for la in model._layers]
+        self.adv = _views(model.adv_head)
+        self.v = None if model.v_head is None else _views(model.v_head)
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        from rlrun.algos.dqn import QMLPModel
+
+        return (type(model) is QMLPModel and model._act in _NUMPY_ACT
+                and all(p.dtype == torch.float32 for p in model.parameters()))
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, num_actions]`` for observations ``[N, ...]``."""
+        h = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        for w, b in self.torso:
+            h = self.act(h @ w + b)
+        q = h @ self.adv[0] + self.adv[1]
+        if self.v is not None:
+            q = (h @ self.v[0] + self.v[1]) + (q - q.mean(axis=1, keepdims=True))
+        return q

@@ -44,3 +44,30 @@ def test_q_model_values_are_the_max_q(dueling):
     out = m(torch.randn(6, 3, 2))
     assert out.dist_inputs.shape == (6, 3)
     assert torch.equal(out.values, out.dist_inputs.max(-1).values)
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_dqn_acts_in_numpy_with_the_q_networks_own_values_through_learning(dueling):
+    """The built-in q_mlp acts in numpy on views of its weights: the greedy actions and Q-values
+    dqn_actions returns are the torch model's, before and after an optimizer step."""
+    from rlrun.algorithm import make_policy
+    from rlrun.algos.dqn import DQNState, dqn_actions
+    from rlrun.plugins import load_builtins
+
+    load_builtins()
+    policy = make_policy("dqn", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
+                         model_config=QMLPConfig(hiddens=[16, 16], dueling=dueling), seed=0)
+    assert isinstance(policy.state, DQNState) and policy.state.actor is not None
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    for step in ("initial", "after an Adam step"):
+        if step != "initial":
+            loss = policy.model(torch.as_tensor(obs)).dist_inputs.pow(2).mean()
+            policy.optimizer.zero_grad()
+            loss.backward()
+            policy.optimizer.step()
+        with torch.inference_mode():
+            ref = policy.model(torch.as_tensor(obs))
+        out = dqn_actions(policy, obs, explore=False)
+        np.testing.assert_allclose(out.dist_inputs, ref.dist_inputs.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
+        np.testing.assert_allclose(out.values, ref.values.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
+        assert np.array_equal(out.actions, ref.dist_inputs.argmax(-1).numpy()), step

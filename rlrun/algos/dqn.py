@@ -36,6 +36,7 @@ from rlrun.models import (
     linear_layers,
     mlp_forward,
 )
+from rlrun.numpy_actor import NumpyQ
 from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
 from rlrun.registry import LOSSES, MODELS
@@ -105,6 +106,7 @@ class DQNState:
     replay: ReplayBuffer
     last_target_update: int = 0  # env step of the last copy online -> target
     num_target_updates: int = 0
+    actor: NumpyQ | None = None  # acting in numpy (built-in q_mlp only); not learner state to save
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
         state: dict[str, Any] = {
@@ -133,7 +135,8 @@ def dqn_state(policy: Policy) -> LearnerState:
     """A frozen copy of the online net as target; an empty replay buffer (allocated on first add)."""
     cfg = policy.config_as(DQNConfig)
     target = copy.deepcopy(policy.model).requires_grad_(False)
-    return DQNState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed))
+    actor = NumpyQ(policy.model) if NumpyQ.supports(policy.model) else None
+    return DQNState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), actor=actor)
 
 
 def epsilon(policy: Policy) -> float:
@@ -142,15 +145,18 @@ def epsilon(policy: Policy) -> float:
 
 def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     """Greedy in Q, or uniformly random with probability epsilon (explore only)."""
-    with torch.inference_mode():
-        out = policy.model(torch.as_tensor(obs))
-    q = out.dist_inputs.detach().numpy()
+    actor = policy.state.actor if isinstance(policy.state, DQNState) else None
+    if actor is not None:  # the built-in q_mlp: numpy on views of its weights
+        q = actor.q_values(obs)
+    else:
+        with torch.inference_mode():
+            q = policy.model(torch.as_tensor(obs)).dist_inputs.detach().numpy()
     actions = q.argmax(axis=-1)
     if explore:
         rand = policy.np_rng.random(len(actions)) < epsilon(policy)
         actions = np.where(rand, policy.np_rng.integers(0, q.shape[-1], len(actions)), actions)
     zeros = np.zeros(len(actions), dtype=np.float32)
-    return ActionOutput(actions.astype(np.int64), zeros, out.values.detach().numpy(), q)
+    return ActionOutput(actions.astype(np.int64), zeros, q.max(axis=-1), q)
 
 
 def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
