@@ -162,10 +162,8 @@ class NumpyQ:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        from rlrun.algos.dqn import QMLPModel
-
-        return (type(model) is QMLPModel and model._act in _NUMPY_ACT
-                and all(p.dtype == torch.float32 for p in model.parameters()))
+        """For a ``QMLPModel`` (the caller checks the type): an activation numpy has, float32 weights."""
+        return model._act in _NUMPY_ACT and all(p.dtype == torch.float32 for p in model.parameters())
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``[N, num_actions]`` for observations ``[N, ...]``."""

@@ -135,7 +135,7 @@ def dqn_state(policy: Policy) -> LearnerState:
     """A frozen copy of the online net as target; an empty replay buffer (allocated on first add)."""
     cfg = policy.config_as(DQNConfig)
     target = copy.deepcopy(policy.model).requires_grad_(False)
-    actor = NumpyQ(policy.model) if NumpyQ.supports(policy.model) else None
+    actor = NumpyQ(policy.model) if type(policy.model) is QMLPModel and NumpyQ.supports(policy.model) else None
     return DQNState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), actor=actor)
 
 
