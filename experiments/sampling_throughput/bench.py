@@ -6,7 +6,8 @@ of `workers.sample()` + `workers.sync_weights()` (what one training iteration do
 learning). Reports the median over rounds; writes results/latest.md, results/latest.csv and
 results/latest.png.
 
-    python experiments/sampling_throughput/bench.py [--rounds 7] [--rows 8192] [--vectorize auto envpool]
+    python experiments/sampling_throughput/bench.py [--rounds 7] [--rows 8192] [--vectorize auto envpool] \
+        [--name latest]
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--vectorize", nargs="+", default=["auto"],
                     help="env.vectorize modes to compare: auto (gymnasium's numpy CartPole), envpool")
+    ap.add_argument("--name", default="latest", help="file stem of the table, csv and plot under results/")
     args = ap.parse_args()
     rows = []
     for w in args.workers:
@@ -67,7 +69,7 @@ def main() -> None:
                 print(r, flush=True)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    with open(out / "latest.csv", "w", newline="") as f:
+    with open(out / f"{args.name}.csv", "w", newline="") as f:
         wr = csv.DictWriter(f, fieldnames=list(rows[0]))
         wr.writeheader()
         wr.writerows(rows)
@@ -78,7 +80,7 @@ def main() -> None:
               f"{r['env_steps_per_s']:,} | {r['min']:,} | {r['max']:,} |" for r in rows]
     table.append(f"\n{args.rounds} rounds per cell, {args.rows} env steps per worker per round; "
                  f"python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
-    (out / "latest.md").write_text("\n".join(table) + "\n")
+    (out / f"{args.name}.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
     import matplotlib
 
@@ -100,7 +102,7 @@ def main() -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "latest.png", dpi=100)
+    fig.savefig(out / f"{args.name}.png", dpi=100)
 
 
 if __name__ == "__main__":
