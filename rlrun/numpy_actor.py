@@ -1,11 +1,13 @@
 """Acting without torch for the built-in ``mlp`` model with a categorical or diagonal Gaussian
-action distribution.
+action distribution, and for DQN's built-in ``q_mlp`` (``NumpyQ``).
 
 A rollout worker calls the policy once per vector step on a few dozen rows. At that size torch's
 per-op dispatch dominates. Measured here (2-core VM, ``compute_actions`` of the 64x64 ``ppo_cartpole``
 policy, median of 3): 1 row 210 us in torch, 78 us in numpy; 16 rows 220 / 124 us; 64 rows 308 / 253 us.
 In-process sampling (``experiments/sampling_throughput``, interleaved with the torch version): 1
-sub-env 2.5-2.7k -> 3.9-5.2k env steps/s, 64 sub-envs 107-139k -> 188-193k. The arrays here are
+sub-env 2.5-2.7k -> 3.9-5.2k env steps/s, 64 sub-envs 107-139k -> 188-193k; one exp per draw
+and the two-action path below then took 64 sub-envs from 269k to 333k (medians, 3 interleaved
+pairs, the 32-unit ``ppo_cartpole`` net). The arrays here are
 float32 views of the torch parameters, so they follow every optimizer step and ``load_state_dict``
 (both write the parameters in place) with nothing to copy. Sampling uses the policy's numpy
 generator, which checkpoints already carry.

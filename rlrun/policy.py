@@ -29,6 +29,7 @@ from rlrun.config import AlgoConfig, LossConfig, ModelConfig
 from rlrun.distributions import ActionDistribution, default_distribution
 from rlrun.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
 from rlrun.filters import NoFilter, make_filter
+from rlrun.model_check import check_model_output
 from rlrun.numpy_actor import NumpyActor
 from rlrun.optim import Optimizer, make_optimizer, set_lr
 from rlrun.postprocessing import explained_variance, piecewise
@@ -141,7 +142,7 @@ class Policy:
         self.model: nn.Module = MODELS.get(spec.model.name)(
             spec.obs_space, spec.action_space, num_outputs, spec.model
         )
-        _check_model_output(self.model, spec, num_outputs)
+        check_model_output(self.model, spec.obs_space, spec.model.name, num_outputs)
         self.recurrent = bool(getattr(self.model, "is_recurrent", False))
         self._rnn: Any = self.model  # a recurrent model's extra methods (rlrun/lstm.py), untyped for nn.Module
         if self.recurrent and not getattr(hooks, "recurrent", True):
@@ -365,33 +366,6 @@ def average_stats(per_step: list[dict[str, float]]) -> dict[str, float]:
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
     return {k: v / counts[k] for k, v in sums.items()}
-
-
-def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> None:
-    """Build the configured model once for these spaces and check its output, before a run starts:
-    a model config that cannot fit the observations (conv_filters shrinking the image away) or a
-    plugin model returning the wrong shapes fails here with one line."""
-    dist_name = getattr(model_cfg, "action_dist", None) or default_distribution(action_space)
-    num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
-    model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
-    _check_model_output(model, PolicySpec(obs_space, action_space, AlgoConfig(), LossConfig(), model_cfg), num_outputs)
-
-
-def _check_model_output(model: nn.Module, spec: PolicySpec, num_outputs: int) -> None:
-    """One forward pass on a sample observation: the model must return ModelOutput(dist_inputs [B,
-    num_outputs], values [B]) - else one line naming the model and the shapes, before training."""
-    name = spec.model.name
-    try:
-        with torch.no_grad():
-            out = model(torch.as_tensor(np.asarray(spec.obs_space.sample())[None]))
-        dist_shape, value_shape = tuple(out.dist_inputs.shape), tuple(out.values.shape)
-    except Exception as e:
-        raise PluginError(f"model.name: model '{name}' failed on a sample observation: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    if dist_shape != (1, num_outputs) or value_shape != (1,):
-        raise PluginError(f"model.name: model '{name}' returned dist_inputs of shape {dist_shape} and values of "
-                          f"shape {value_shape} for one observation; the action distribution needs (1, {num_outputs}) "
-                          "and (1,)")
 
 
 def _checked(obj: Any, cls: type[C], what: str) -> C:

@@ -31,12 +31,12 @@ from rlrun.envs import probe_env_config
 from rlrun.errors import RunInterrupted, Terminated
 from rlrun.metrics import STOP_COUNTERS, without_unused
 from rlrun.mlflow_runs import RUN_KEY_TAG
+from rlrun.model_check import check_model_fits
 from rlrun.multi_agent import probe_multi_agent_env
 from rlrun.offline.config import SAMPLER
 from rlrun.offline.input import check_input
 from rlrun.pending import PENDING_FILE, finish_pending
 from rlrun.plugins import load_plugins
-from rlrun.policy import check_model_fits
 from rlrun.progress import ProgressLine, Summary
 from rlrun.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.run_files import (
