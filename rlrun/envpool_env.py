@@ -11,6 +11,7 @@ pool), batched spaces, and float64 rewards like gymnasium's own vector envs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from collections.abc import Iterator
@@ -46,8 +47,10 @@ def _quiet_spaces() -> Iterator[None]:
         yield
 
 
-def envpool_ids() -> list[str]:
-    return sorted(_envpool().list_all_envs())
+@functools.cache
+def envpool_ids() -> tuple[str, ...]:
+    """EnvPool's ~1,600 ids, listed once per process (every pool construction checks its id)."""
+    return tuple(sorted(_envpool().list_all_envs()))
 
 
 def check_envpool_id(env_id: str) -> None:
