@@ -2,8 +2,9 @@
 
     rlrun-eval checkpoint=<dir | run output dir | MLflow run id | latest> episodes=20 render=true
 
-Prints the mean/min/max greedy return. With ``output=<dir>`` it records the episodes instead, as
-an offline dataset (Parquet; ``explore=true`` samples actions as in training). With ``render=true``
+Prints the mean/min/max greedy return (``explore=true``: of actions sampled as in training, for
+the evaluation, the video and the recording alike). With ``output=<dir>`` it records the episodes
+instead, as an offline dataset (Parquet or Minari). With ``render=true``
 it also plays ``render_episodes`` episodes on an ``rgb_array`` env and writes them as an animated
 GIF. When the checkpoint belongs to an MLflow run, the result (``result.json``) and the video are
 logged to that run under ``evaluation/<checkpoint name>/``; otherwise they are written to ``out`` (default
@@ -46,7 +47,7 @@ class EvalArgs:
     log: bool = True  # log to the checkpoint's MLflow run when it has one
     out: str | None = None  # also write result.json and the video here
     output: str | None = None  # record the episodes as an offline dataset (Parquet) in this directory
-    explore: bool = False  # with output: sample actions from the policy's distribution (else greedy)
+    explore: bool = False  # sample actions from the policy's distribution (else greedy): evaluation, video, output
     env: str | None = None  # play on this env id instead of the run's (required for a run without an env)
 
 
@@ -70,7 +71,7 @@ options (defaults in brackets):
   log=false             do not log to the checkpoint's MLflow run [true]
   out=DIR               also write result.json and the video here
   output=DIR            record the episodes as an offline dataset (Parquet files) in DIR
-  explore=true          with output=: sample actions as in training instead of greedy ones [false]
+  explore=true          sample actions as in training instead of greedy ones [false]
   env=ID                play on this env (its spaces must be the policy's) [the run's env.id;
                         required for a run trained without an env, env.id: null]
 
@@ -89,8 +90,6 @@ def parse_args(argv: list[str]) -> EvalArgs:
     args = from_dict(EvalArgs, raw, "")  # unknown keys and wrong types are named here
     if not args.checkpoint:
         raise ConfigError("checkpoint: missing (a checkpoint dir, a run's output dir, an MLflow run id or latest)")
-    if args.explore and not args.output:
-        raise ConfigError("explore: true only applies to recording; add output=<dir>")
     for key in ("episodes", "num_envs", "render_episodes", "max_frames", "frame_skip"):
         if getattr(args, key) < 1:
             raise ConfigError(f"{key}: must be >= 1, got {getattr(args, key)}")
@@ -135,8 +134,9 @@ def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = Fal
 
 
 def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_frames: int,
-                    frame_skip: int) -> tuple[list[np.ndarray], list[float]]:
-    """Play greedy episodes; return every ``frame_skip``-th frame (up to ``max_frames``) and the returns."""
+                    frame_skip: int, explore: bool = False) -> tuple[list[np.ndarray], list[float]]:
+    """Play greedy episodes (``explore``: sampled actions); return every ``frame_skip``-th frame (up to
+    ``max_frames``) and the returns."""
     frames: list[np.ndarray] = []
     returns: list[float] = []
     box = isinstance(env.action_space, gym.spaces.Box)
@@ -149,7 +149,7 @@ def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_fra
             if t % frame_skip == 0 and len(frames) < max_frames:
                 frames.append(np.asarray(env.render()))
             x = policy.filter_obs(np.asarray(obs)[None])
-            out = policy.compute_actions(x, explore=False, state=state)
+            out = policy.compute_actions(x, explore=explore, state=state)
             action, state = out.actions[0], out.state_out
             if box:
                 action = np.clip(action, env.action_space.low, env.action_space.high)  # type: ignore[attr-defined]
@@ -177,7 +177,8 @@ def write_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
 
 def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[list[np.ndarray], list[float], float]:
-    """Greedy episodes on an env that renders: the frames, the episodes' returns and the frame rate."""
+    """Episodes (greedy unless ``explore=true``) on an env that renders: the frames, the episodes'
+    returns and the frame rate."""
     env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies), cfg.env.wrappers)
     try:
         if cfg.multiagent.policies:
@@ -185,10 +186,10 @@ def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[li
 
             frames: list[np.ndarray] = []
             returns = evaluate_multi_agent(policies, cfg, args.render_episodes, args.seed, env, frames,
-                                           args.max_frames, args.frame_skip).returns
+                                           args.max_frames, args.frame_skip, args.explore).returns
         else:
             frames, returns = record_episodes(next(iter(policies.values())), env, args.render_episodes, args.seed,
-                                              args.max_frames, args.frame_skip)
+                                              args.max_frames, args.frame_skip, args.explore)
         return frames, returns, float(env.metadata.get("render_fps") or 30) / args.frame_skip
     finally:
         env.close()
@@ -247,16 +248,18 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         everyone = load_policies(path, launch_dir)
         loaded = next(iter(everyone.values()))
         policies = {pid: lp.policy for pid, lp in everyone.items()}
+        for p in policies.values():  # epsilon and other schedules continue from where training stopped
+            p.global_timestep = int(describe(loaded).get("timesteps_total") or 0)
         cfg = _with_env(loaded, args.env, path)
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
         if args.output:
-            res = _record(args, policies, cfg, describe(loaded))
+            res = _record(args, policies, cfg)
         elif cfg.multiagent.policies:
             from rlrun.ma_evaluation import evaluate_multi_agent
 
-            res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed)
+            res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed, explore=args.explore)
         else:
-            res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed)
+            res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed, explore=args.explore)
         info = {**describe(loaded), "checkpoint": str(path), **res.metrics(), "returns": res.returns}
         kind = "sampled-action" if args.explore else "greedy"
         print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "
@@ -291,13 +294,11 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     return info
 
 
-def _record(args: EvalArgs, policies: dict[str, Any], cfg: Any, about: dict[str, Any]) -> Any:
+def _record(args: EvalArgs, policies: dict[str, Any], cfg: Any) -> Any:
     """``output=``: the episodes recorded as a dataset; their returns as the result."""
     from rlrun.evaluation import EvalResult
     from rlrun.offline.record import record_dataset
 
-    for p in policies.values():  # epsilon and other schedules continue from where training stopped
-        p.global_timestep = int(about.get("timesteps_total") or 0)
     writer = record_dataset(policies, cfg, str(args.output), args.episodes, args.num_envs, args.seed, args.explore)
     where = "as a Minari dataset" if not writer.files else f"in {len(writer.files)} Parquet file(s)"
     print(f"rlrun-eval: recorded {len(writer.episode_returns)} episodes, {writer.rows_written} rows, {where} to "

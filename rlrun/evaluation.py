@@ -34,8 +34,9 @@ class EvalResult(NamedTuple):
 
 
 def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: int, seed: int,
-             env: gym.vector.VectorEnv | None = None) -> EvalResult:
-    """Run ``num_episodes`` greedy episodes; ``env`` (optional) is reused across calls."""
+             env: gym.vector.VectorEnv | None = None, explore: bool = False) -> EvalResult:
+    """Run ``num_episodes`` greedy episodes (``explore``: actions sampled as in training); ``env``
+    (optional) is reused across calls."""
     n = max(1, min(num_envs, num_episodes))
     own = env is None
     env = env or env_from_config(env_cfg, n)
@@ -54,8 +55,8 @@ def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: in
     state = policy.initial_state(n) if recurrent else None
     try:
         while (done_count < quota).any():
-            out = policy.compute_actions(policy.filter_obs(obs), explore=False, state=state) if recurrent else \
-                policy.compute_actions(policy.filter_obs(obs), explore=False)  # frozen filter
+            out = policy.compute_actions(policy.filter_obs(obs), explore=explore, state=state) if recurrent else \
+                policy.compute_actions(policy.filter_obs(obs), explore=explore)  # frozen filter
             actions = out.actions
             obs, rew, term, trunc, _ = env.step(np.clip(actions, low, high) if box else actions)
             if recurrent:  # sub-envs that took their autoreset step start the next episode afresh

@@ -18,9 +18,10 @@ from rlrun.multi_agent import make_multi_agent_env, policy_spaces
 
 def evaluate_multi_agent(policies: Mapping[str, Any], cfg: Any, num_episodes: int, seed: int, env: Any = None,
                          frames: list[np.ndarray] | None = None, max_frames: int = 0,
-                         frame_skip: int = 1) -> EvalResult:
-    """``num_episodes`` greedy episodes; ``frames`` (a list) collects every ``frame_skip``-th rendered
-    frame up to ``max_frames`` (the env must have been made with ``render_mode='rgb_array'``)."""
+                         frame_skip: int = 1, explore: bool = False) -> EvalResult:
+    """``num_episodes`` greedy episodes (``explore``: sampled actions); ``frames`` (a list) collects
+    every ``frame_skip``-th rendered frame up to ``max_frames`` (the env must have been made with
+    ``render_mode='rgb_array'``)."""
     own = env is None
     env = env if env is not None else make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
     agent_policy, adapters, spaces = policy_spaces(cfg, env)
@@ -37,7 +38,7 @@ def evaluate_multi_agent(policies: Mapping[str, Any], cfg: Any, num_episodes: in
                 if frames is not None and t % frame_skip == 0 and len(frames) < max_frames:
                     frames.append(np.asarray(env.render()))
                 t += 1
-                actions = _greedy_actions(policies, agent_policy, adapters, spaces, obs, env.agents)
+                actions = _actions(policies, agent_policy, adapters, spaces, obs, env.agents, explore)
                 obs, rew, _, _, _ = env.step(actions)
                 for agent, r in rew.items():
                     totals[agent] = totals.get(agent, 0.0) + float(r)
@@ -52,8 +53,8 @@ def evaluate_multi_agent(policies: Mapping[str, Any], cfg: Any, num_episodes: in
     return EvalResult(returns, lengths, {pid: r for pid, r in per_policy.items() if r})
 
 
-def _greedy_actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str], adapters: Mapping[str, Any],
-                    spaces: Mapping[str, tuple], obs: Mapping[str, Any], agents: list[str]) -> dict[str, Any]:
+def _actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str], adapters: Mapping[str, Any],
+             spaces: Mapping[str, tuple], obs: Mapping[str, Any], agents: list[str], explore: bool) -> dict[str, Any]:
     """One forward pass per policy over the agents it acts for."""
     groups: dict[str, list[str]] = {}
     for agent in agents:
@@ -61,7 +62,7 @@ def _greedy_actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str]
     actions: dict[str, Any] = {}
     for pid, members in groups.items():
         batch = np.stack([adapters[a](obs[a]) for a in members])
-        out = policies[pid].compute_actions(policies[pid].filter_obs(batch), explore=False).actions
+        out = policies[pid].compute_actions(policies[pid].filter_obs(batch), explore=explore).actions
         space = spaces[pid][1]
         if hasattr(space, "low") and space.shape != ():
             out = np.clip(out, space.low, space.high)

@@ -85,7 +85,7 @@ def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps_and_rlrun_eval_render
     # return says whether the saved policy works.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=10", "render=true",
-                        "render_episodes=1", "explore=true", f"output={tmp_path / 'rec'}"],
+                        "render_episodes=1", "explore=true"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"sampled-action return over 10 episodes: mean ([\d.]+)", p.stdout)

@@ -29,3 +29,16 @@ def test_eval_metrics_reported_at_the_interval(tmp_path):
     evals = [h.get("eval/num_episodes") for h in r.history]
     assert evals == [None, 3.0, None, 3.0]
     assert r.metrics["eval/episode_len_mean"] >= 8  # greedy CartPole episodes last at least 8 steps
+
+
+def test_explore_evaluates_sampled_actions_and_greedy_evaluation_repeats_itself():
+    """evaluate(explore=False) is deterministic for a seed; explore=True samples (rlrun-eval explore=true)."""
+    import gymnasium as gym
+    import numpy as np
+
+    policy = make_policy("pg", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2), seed=0)
+    env_cfg = EnvConfig(id="CartPole-v1")
+    greedy = [evaluate(policy, env_cfg, num_episodes=20, num_envs=4, seed=1).returns for _ in range(2)]
+    sampled = evaluate(policy, env_cfg, num_episodes=20, num_envs=4, seed=1, explore=True).returns
+    assert greedy[0] == greedy[1]
+    assert sorted(sampled) != sorted(greedy[0]), (sampled, greedy[0])
