@@ -6,6 +6,9 @@ Whole-process wall time from the command to the stop, and env steps to the targe
   hyperparameters), CartPole-v1 to a 100-episode mean return of 475;
 - ``dqn_cartpole``: ``rlrun +experiment=dqn_cartpole`` vs SB3 DQN (rl-zoo3), same target;
 - ``ppo_pendulum``: ``rlrun +experiment=ppo_pendulum`` vs SB3 PPO (rl-zoo3), Pendulum-v1 to -250;
+- ``ppo_lstm_stateless_cartpole``: ``rlrun +experiment=ppo_lstm_stateless_cartpole`` vs sb3-contrib's
+  RecurrentPPO (rl-zoo3's ``CartPoleNoVel-v1`` entry), CartPole-v1 with only the cart position and
+  the pole angle observed, to 475;
 - ``startup``: ``rlrun +experiment=ppo_cartpole stop.training_iteration=1`` (default tracking) vs
   ``python -c "import torch"``.
 
@@ -17,14 +20,16 @@ seed, rlrun then its peers), so all see the same machine load. RLlib runs in a P
 (``--rllib-python``): ``ray[rllib]`` 2.60 pins a gymnasium older than rlrun's, so it lives in a
 separate virtual environment (README.md shows how to make it).
 
-The peers' hyperparameters are rl-zoo3 2.9.2's ``hyperparams/ppo.yml`` / ``dqn.yml`` entries for
-the env, copied into ``PEERS`` below; budgets and schedule horizons are explained there.
+The peers' hyperparameters are rl-zoo3 2.9.2's ``hyperparams/ppo.yml`` / ``dqn.yml`` /
+``ppo_lstm.yml`` entries for the env, copied into ``PEERS`` below; budgets and schedule horizons
+are explained there.
 
     pip install -e ".[peers]"
-    python experiments/peers/run.py [--seeds 0 1 2] [--tasks ppo_cartpole dqn_cartpole ppo_pendulum startup]
-        [--rllib-python .venv-rllib/bin/python]
+    python experiments/peers/run.py [--seeds 0 1 2] [--tasks startup ppo_cartpole dqn_cartpole ppo_pendulum
+        ppo_lstm_stateless_cartpole] [--rllib-python .venv-rllib/bin/python] [--name latest]
 
-Writes results/latest.md, results/runs.csv and results/latest.png.
+Writes results/latest.md, results/runs.csv and results/latest.png (with ``--name X``: X.md, X.csv
+and X.png).
 """
 
 from __future__ import annotations
@@ -69,6 +74,24 @@ model = DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=SEED), learn
 model = PPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=4, seed=SEED), n_steps=1024, gae_lambda=0.95,
             gamma=0.9, n_epochs=10, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, use_sde=True,
             sde_sample_freq=4, seed=SEED, device="cpu")
+"""},
+    # rl-zoo's CartPoleNoVel-v1 is CartPole-v1 under its MaskVelocityWrapper, which zeroes entries 1
+    # and 3 (the velocities), as here; rlrun's preset drops them (mask_observation keep [0, 2]). The
+    # linear schedules end at rl-zoo's 100k budget and hold at 0 after it
+    "ppo_lstm_stateless_cartpole": {"env": "CartPole-v1", "target": 475.0, "budget": 200_000, "code": """
+import gymnasium as gym
+from sb3_contrib import RecurrentPPO
+
+class MaskVelocity(gym.ObservationWrapper):
+    def observation(self, obs):
+        return obs * np.array([1.0, 0.0, 1.0, 0.0], dtype=np.float32)
+
+def until_100k(start):
+    return lambda p: start * max(0.0, 1.0 - (1.0 - p) * BUDGET / 100_000)
+
+model = RecurrentPPO("MlpLstmPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=SEED, wrapper_class=MaskVelocity),
+                     n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                     learning_rate=until_100k(1e-3), clip_range=until_100k(0.2), seed=SEED, device="cpu")
 """},
 }
 
@@ -210,14 +233,14 @@ def median_of(rows: list[dict[str, object]], task: str, who: str, key: str = "wa
     return statistics.median(float(r[key]) for r in rows if r["task"] == task and r["who"] == who)
 
 
-def report(rows: list[dict[str, object]]) -> None:
+def report(rows: list[dict[str, object]], name: str = "latest") -> None:
     RESULTS.mkdir(exist_ok=True)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with (RESULTS / "runs.csv").open("w", newline="") as f:
+    with (RESULTS / ("runs.csv" if name == "latest" else f"{name}.csv")).open("w", newline="") as f:
         w = csv.DictWriter(f, keys)
         w.writeheader()
         w.writerows(rows)
-    lines = ["# rlrun vs peers: latest run", "",
+    lines = [f"# rlrun vs peers: {name} run", "",
              "Wall s: from the command to the process's exit. For rlrun, MLflow complete s: until `rlrun-wait` "
              "returned (the writer finishes the model, curve and status in the background).", "",
              "| task | who | median wall s | median s to MLflow complete | median env steps | targets met |",
@@ -234,12 +257,12 @@ def report(rows: list[dict[str, object]]) -> None:
         if who not in ("rlrun", "rlrun 1 iteration"):
             mine = "rlrun 1 iteration" if task == "startup" else "rlrun"
             lines.append(f"- {task}: rlrun / {who} = {median_of(rows, task, mine) / median_of(rows, task, who):.2f}")
-    (RESULTS / "latest.md").write_text("\n".join(lines) + "\n")
-    plot(rows, pairs)
-    print((RESULTS / "latest.md").read_text())
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    plot(rows, pairs, name)
+    print((RESULTS / f"{name}.md").read_text())
 
 
-def plot(rows: list[dict[str, object]], pairs: list[tuple[str, str]]) -> None:
+def plot(rows: list[dict[str, object]], pairs: list[tuple[str, str]], name: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,13 +276,16 @@ def plot(rows: list[dict[str, object]], pairs: list[tuple[str, str]]) -> None:
     ax.set_xticks(range(len(pairs)), [f"{t}\n{w}" for t, w in pairs], fontsize=7)
     ax.set(ylabel="whole-process wall time (s)", yscale="log", title="rlrun vs peers, 2-core machine")
     fig.tight_layout()
-    fig.savefig(RESULTS / "latest.png", dpi=110)
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--tasks", nargs="+", default=["startup", "ppo_cartpole", "dqn_cartpole", "ppo_pendulum"])
+    ap.add_argument("--tasks", nargs="+", default=["startup", "ppo_cartpole", "dqn_cartpole", "ppo_pendulum",
+                                                   "ppo_lstm_stateless_cartpole"],
+                    choices=["startup", *PEERS])
+    ap.add_argument("--name", default="latest", help="file stem of the table and plot (the csv: runs.csv for latest)")
     ap.add_argument("--rllib-python", default=os.environ.get("RLLIB_PYTHON"),
                     help="a Python with ray[rllib]==2.60.0 installed (its own venv: see README.md); "
                          "RLlib runs the tasks in RLLIB_BUDGET")
@@ -281,7 +307,7 @@ def main() -> None:
             if args.rllib_python and task in RLLIB_BUDGET:
                 add({"task": task, "who": "rllib (tuned example)", "seed": seed,
                      **run_rllib(task, seed, args.rllib_python)})
-    report(rows)
+    report(rows, args.name)
 
 
 if __name__ == "__main__":
