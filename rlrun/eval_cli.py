@@ -248,8 +248,9 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         everyone = load_policies(path, launch_dir)
         loaded = next(iter(everyone.values()))
         policies = {pid: lp.policy for pid, lp in everyone.items()}
+        about = describe(loaded)
         for p in policies.values():  # epsilon and other schedules continue from where training stopped
-            p.global_timestep = int(describe(loaded).get("timesteps_total") or 0)
+            p.global_timestep = int(about.get("timesteps_total") or 0)
         cfg = _with_env(loaded, args.env, path)
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
         if args.output:
@@ -260,7 +261,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
             res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed, explore=args.explore)
         else:
             res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed, explore=args.explore)
-        info = {**describe(loaded), "checkpoint": str(path), **res.metrics(), "returns": res.returns}
+        info = {**about, "checkpoint": str(path), **res.metrics(), "returns": res.returns}
         kind = "sampled-action" if args.explore else "greedy"
         print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "
               f"({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "

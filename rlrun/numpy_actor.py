@@ -40,6 +40,17 @@ def _views(layer: torch.nn.Linear) -> Layer:
     return layer.weight.detach().numpy().T, layer.bias.detach().numpy()
 
 
+def _torso(act: Callable[[np.ndarray], np.ndarray], layers: list[Layer], x: np.ndarray) -> np.ndarray:
+    """``act(x @ w + b)`` through ``layers``: the hidden layers of both models here."""
+    for w, b in layers:
+        x = act(x @ w + b)
+    return x
+
+
+def _flat(obs: np.ndarray) -> np.ndarray:
+    return np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+
+
 class NumpyActor:
     """Distribution inputs, values, sampled actions and their log-probabilities of an ``MLPModel``
     in numpy: logits of a ``Categorical``, or means then log-stds of a ``DiagGaussian``."""
@@ -72,19 +83,14 @@ class NumpyActor:
 
         return {Categorical: "categorical", DiagGaussian: "gaussian"}.get(policy.dist_class)
 
-    def _torso(self, layers: list[Layer], x: np.ndarray) -> np.ndarray:
-        for w, b in layers:
-            x = self.act(x @ w + b)
-        return x
-
     def forward(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Distribution inputs ``[N, K]`` and values ``[N]`` for observations ``[N, ...]``."""
-        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        h = self._torso(self.pi, x)
+        x = _flat(obs)
+        h = _torso(self.act, self.pi, x)
         out = h @ self.pi_head[0] + self.pi_head[1]
         if self.log_std is not None:
             out = np.concatenate([out, np.broadcast_to(self.log_std, out.shape)], axis=1)
-        hv = h if self.vf is None else self._torso(self.vf, x)
+        hv = h if self.vf is None else _torso(self.act, self.vf, x)
         return out, (hv @ self.vf_head[0] + self.vf_head[1])[:, 0]
 
     def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -142,12 +148,16 @@ class NumpyActor:
             return mean, _gaussian_logp(dist_inputs, mean)
         noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
         actions = mean + np.exp(log_std) * noise
-        return actions, (-0.5 * noise * noise - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)
+        return actions, _std_normal_logp(noise, log_std)  # the drawn noise is the action's z-score
 
 
 def _gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
     mean, log_std = np.split(dist_inputs, 2, axis=1)
-    z = (actions - mean) / np.exp(log_std)
+    return _std_normal_logp((actions - mean) / np.exp(log_std), log_std)
+
+
+def _std_normal_logp(z: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """Per row, the diagonal Gaussian's log-density of an action ``z`` standard deviations from the mean."""
     return (-0.5 * z * z - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)
 
 
@@ -169,9 +179,7 @@ class NumpyQ:
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``[N, num_actions]`` for observations ``[N, ...]``."""
-        h = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
-        for w, b in self.torso:
-            h = self.act(h @ w + b)
+        h = _torso(self.act, self.torso, _flat(obs))
         q = h @ self.adv[0] + self.adv[1]
         if self.v is not None:
             q = (h @ self.v[0] + self.v[1]) + (q - q.mean(axis=1, keepdims=True))
