@@ -42,6 +42,7 @@ from rlrun.schema import from_dict as from_dict
 from rlrun.schema import show
 from rlrun.schema import to_dict as to_dict
 from rlrun.serving.config import check_server_config
+from rlrun.sweep_info import TARGET_OBJECTIVES
 
 __all__ = [  # the schemas are imported from here by the rest of rlrun
     "DEFAULT_EXPERIMENT",
@@ -207,9 +208,10 @@ def _check_stop(cfg: RunConfig) -> None:
             raise ConfigError(f"stop.{key}: must be a finite number, got {value!r}")
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
-    if cfg.objective not in known and cfg.objective != "steps_to_target" and not _is_custom_metric(cfg, cfg.objective):
+    objective = cfg.objective
+    if objective not in known and objective not in TARGET_OBJECTIVES and not _is_custom_metric(cfg, objective):
         raise ConfigError(f"objective: '{cfg.objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
-                          f"{suggest(cfg.objective, known)} (or steps_to_target)")
+                          f"{suggest(cfg.objective, known)} (or steps_to_target, time_to_target)")
 
 
 def _is_custom_metric(cfg: RunConfig, key: str) -> bool:

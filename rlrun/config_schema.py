@@ -174,4 +174,5 @@ class RunConfig:
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
     resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"
-    objective: str = "rollout/episode_return_mean"  # a sweep job's return value (a metric, or steps_to_target)
+    # a sweep job's return value: a metric, steps_to_target or time_to_target (rlrun/sweep_info.py)
+    objective: str = "rollout/episode_return_mean"

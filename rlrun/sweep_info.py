@@ -14,6 +14,8 @@ from typing import Any
 
 SWEEP_FILE = "rlrun_sweep.json"
 STEPS_TO_TARGET = "steps_to_target"  # objective: env steps when the stop target was met, else inf
+TIME_TO_TARGET = "time_to_target"  # objective: training seconds (time_total_s) when it was met, else inf
+TARGET_OBJECTIVES = (STEPS_TO_TARGET, TIME_TO_TARGET)
 
 
 @dataclass
@@ -44,8 +46,10 @@ def read_sweep_info(sweep_dir: str | Path) -> SweepInfo | None:
 
 
 def objective_value(name: str, result: Any) -> float:
-    """The job's return value for sweepers: a reported metric, or ``steps_to_target``."""
-    if name == STEPS_TO_TARGET:
-        return float(result.metrics["timesteps_total"]) if result.target_met else math.inf
+    """The job's return value for sweepers: a reported metric, ``steps_to_target`` or ``time_to_target``
+    (a trial that misses the target scores inf, however fast it failed)."""
+    if name in TARGET_OBJECTIVES:
+        counter = "timesteps_total" if name == STEPS_TO_TARGET else "time_total_s"
+        return float(result.metrics[counter]) if result.target_met else math.inf
     value = result.metrics.get(name)
     return float(value) if value is not None else math.nan

@@ -146,6 +146,22 @@ def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
     assert "optimization_results.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
+def test_target_objectives_score_met_runs_by_steps_or_seconds_and_missed_runs_inf():
+    from pathlib import Path
+
+    from rlrun.cli import compose
+    from rlrun.runner import RunResult
+    from rlrun.sweep_info import objective_value
+
+    metrics = {"timesteps_total": 70_000.0, "time_total_s": 41.5, "rollout/episode_return_mean": 480.0}
+    met = RunResult(metrics, "rollout/episode_return_mean", True, Path("c"), Path("o"))
+    missed = RunResult(metrics, "timesteps_total", False, Path("c"), Path("o"))
+    assert objective_value("steps_to_target", met) == 70_000 and objective_value("time_to_target", met) == 41.5
+    assert objective_value("time_to_target", missed) == float("inf") == objective_value("steps_to_target", missed)
+    assert objective_value("rollout/episode_return_mean", missed) == 480
+    assert compose(["+experiment=dqn_cartpole", "objective=time_to_target"]).objective == "time_to_target"
+
+
 def test_setting_drops_seed_and_shared_overrides():
     common = {"stop.timesteps_total=5", "+experiment=ppo_cartpole"}
     assert setting_of("+experiment=ppo_cartpole seed=3 algo.lr=0.1 stop.timesteps_total=5", common) == "algo.lr=0.1"

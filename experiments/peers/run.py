@@ -233,6 +233,11 @@ def median_of(rows: list[dict[str, object]], task: str, who: str, key: str = "wa
     return statistics.median(float(r[key]) for r in rows if r["task"] == task and r["who"] == who)
 
 
+def steps_per_s(rs: list[dict[str, object]]) -> float:
+    """Whole-process env steps per second: the median over seeds of env steps / wall s."""
+    return statistics.median(float(r["env_steps"]) / float(r["wall_s"]) for r in rs)  # type: ignore[arg-type]
+
+
 def report(rows: list[dict[str, object]], name: str = "latest") -> None:
     RESULTS.mkdir(exist_ok=True)
     keys = list(dict.fromkeys(k for r in rows for k in r))
@@ -243,20 +248,26 @@ def report(rows: list[dict[str, object]], name: str = "latest") -> None:
     lines = [f"# rlrun vs peers: {name} run", "",
              "Wall s: from the command to the process's exit. For rlrun, MLflow complete s: until `rlrun-wait` "
              "returned (the writer finishes the model, curve and status in the background).", "",
-             "| task | who | median wall s | median s to MLflow complete | median env steps | targets met |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| task | who | median wall s | median s to MLflow complete | median env steps | env steps/s | "
+             "targets met |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     pairs = list(dict.fromkeys((str(r["task"]), str(r["who"])) for r in rows))
     for task, who in pairs:
         rs = [r for r in rows if r["task"] == task and r["who"] == who]
         steps = (f"{median_of(rows, task, who, 'env_steps'):,.0f}" if "env_steps" in rs[0] else "")
+        rate = f"{steps_per_s(rs):,.0f}" if "env_steps" in rs[0] else ""
         met = f"{sum(bool(r.get('target_met')) for r in rs)}/{len(rs)}" if "target_met" in rs[0] else ""
         complete = f"{median_of(rows, task, who, 'mlflow_complete_s'):.1f}" if "mlflow_complete_s" in rs[0] else ""
-        lines.append(f"| {task} | {who} | {median_of(rows, task, who):.1f} | {complete} | {steps} | {met} |")
+        lines.append(f"| {task} | {who} | {median_of(rows, task, who):.1f} | {complete} | {steps} | {rate} | {met} |")
     lines += ["", "Ratios of medians (rlrun / peer; below 1: rlrun is faster):", ""]
     for task, who in pairs:
         if who not in ("rlrun", "rlrun 1 iteration"):
             mine = "rlrun 1 iteration" if task == "startup" else "rlrun"
             lines.append(f"- {task}: rlrun / {who} = {median_of(rows, task, mine) / median_of(rows, task, who):.2f}")
+    if {("ppo_cartpole", "rlrun"), ("dqn_cartpole", "rlrun")} <= set(pairs):  # DQN's cost per env step
+        ppo, dqn = (steps_per_s([r for r in rows if r["task"] == t and r["who"] == "rlrun"])
+                    for t in ("ppo_cartpole", "dqn_cartpole"))
+        lines.append(f"- rlrun env steps/s, ppo_cartpole / dqn_cartpole = {ppo / dqn:.1f}")
     (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     plot(rows, pairs, name)
     print((RESULTS / f"{name}.md").read_text())
