@@ -210,8 +210,8 @@ def _check_stop(cfg: RunConfig) -> None:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
     objective = cfg.objective
     if objective not in known and objective not in TARGET_OBJECTIVES and not _is_custom_metric(cfg, objective):
-        raise ConfigError(f"objective: '{cfg.objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
-                          f"{suggest(cfg.objective, known)} (or steps_to_target, time_to_target)")
+        raise ConfigError(f"objective: '{objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
+                          f"{suggest(objective, known)} (or steps_to_target, time_to_target)")
 
 
 def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
