@@ -13,31 +13,41 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-# Ray keeps a session dir (logs, sockets) per instance under $RAY_TMPDIR/ray (default /tmp/ray), and
-# torch.optim's first step creates torch's compile cache dir /tmp/torchinductor_<user>: the suite's go in
-# one short dir of its own (Ray's socket paths have a length limit), removed when pytest ends.
+# Everything the suite writes to a temp dir goes to one short dir of its own (Ray's socket paths have a
+# length limit): TMPDIR, and so every tempfile of the tests and of the processes they start; Ray's
+# session dirs ($RAY_TMPDIR); torch's compile cache (/tmp/torchinductor_<user> otherwise). The check
+# below looks only there, so files that other programs create in the shared /tmp meanwhile cannot fail
+# the suite. pytest's own tmp_path dirs stay under /tmp/pytest-of-<user> (kept for failed tests only).
 SUITE_TMP: list[str] = []
+SUITE_TMP_EXPECTED = {"inductor"}  # torch's compile cache: the suite's own, removed with the dir
 
 
 def pytest_configure(config):
-    SUITE_TMP.append(tempfile.mkdtemp(prefix="rls", dir="/tmp"))
-    os.environ["RAY_TMPDIR"] = SUITE_TMP[0]
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    SUITE_TMP.append(tempfile.mkdtemp(prefix="rls"))
+    for var in ("TMPDIR", "RAY_TMPDIR"):
+        os.environ[var] = SUITE_TMP[0]
+    tempfile.tempdir = SUITE_TMP[0]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP[0], "inductor")
 
 
 def pytest_unconfigure(config):
+    tempfile.tempdir = None
     for d in SUITE_TMP:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def left_in_suite_tmp() -> list[str]:
+    """What the suite's temp dir holds beyond the expected: files the tests or their processes left."""
+    return sorted(set(os.listdir(SUITE_TMP[0])) - SUITE_TMP_EXPECTED)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_in_tmp():
-    """The suite leaves nothing new in /tmp (pytest's own pytest-of-<user> aside, which keeps the
-    directories of failed tests; and the suite's own dir above)."""
-    before = set(os.listdir("/tmp"))
+    """The suite and the processes it starts leave no temp file behind."""
     yield
-    new = sorted(n for n in set(os.listdir("/tmp")) - before if not n.startswith("pytest-of-"))
-    assert not new, f"left in /tmp by the test suite: {new}"
+    new = left_in_suite_tmp()
+    assert not new, f"left in the suite's temp dir {SUITE_TMP[0]} by the test suite: {new}"
 
 
 def free_port() -> int:
@@ -71,7 +81,7 @@ def isolated(argv, fake_lan=False):
 def on_ray_cluster(command, port):
     """argv: start a 2-CPU Ray head on ``port``, run the shell ``command`` against it, stop the head
     and exit with the command's status (90: the head did not start). In a loopback-only namespace."""
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
+    ray_tmp = tempfile.mkdtemp(prefix="rt")  # short: Ray's socket paths have a length limit
     script = textwrap.dedent(f"""
         set -u
         ray start --head --port={port} --num-cpus=2 --include-dashboard=false --disable-usage-stats \\

@@ -529,7 +529,8 @@ def test_one_step_acting_matches_torch(share):
     for i in range(5):
         for a in (0, 1):
             _, logp, value, logits = act_one(policy, obs[i], a)
-            assert logp == pytest.approx(logp_ref[i, a], abs=1e-5) and value == pytest.approx(ref.values[i], abs=1e-5)
+            assert float(logp) == pytest.approx(float(logp_ref[i, a]), abs=1e-5)
+            assert float(value) == pytest.approx(float(ref.values[i]), abs=1e-5)
             assert np.allclose(logits, ref.dist_inputs[i], atol=1e-5)
     p1 = np.exp(logp_ref[0, 1])
     assert np.mean([act_one(policy, obs[0])[0] for _ in range(20_000)]) == pytest.approx(p1, abs=0.015)
