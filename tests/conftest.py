@@ -103,7 +103,7 @@ def on_ray_cluster(command, port):
 def eval_cli(args, cwd, env=None):
     """Run the real ``rlrun-eval`` in ``cwd``; returns the CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlrun.eval_cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env=full_env)
 
 
@@ -139,7 +139,7 @@ def cli(tmp_path):
 
 
 def run_summary(stdout: str) -> dict[str, str]:
-    """The end-of-run summary a run prints (rlrun/progress.py ``Summary``): ``stopped`` (the reason),
+    """The end-of-run summary a run prints (rlrun/tracking/progress.py ``Summary``): ``stopped`` (the reason),
     ``final`` (return), ``steps``, ``output``, ``checkpoint``, ``run_name``, ``run_id``, ``browse``."""
     lines = stdout.strip().splitlines()
     start = max(i for i, ln in enumerate(lines) if ln.startswith("rlrun: stopped: "))

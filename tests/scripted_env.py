@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlrun.models import ModelOutput
+from rlrun.models.base import ModelOutput
 
 
 class ScriptedVectorEnv(gym.vector.VectorEnv):

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rlrun.algos.ppo import KLState
-from rlrun.cli import compose
-from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.runner import make_trainer_from, run
+from rlrun.app.cli import compose
+from rlrun.app.runner import make_trainer_from, run
+from rlrun.policy.policy import DEFAULT_POLICY_ID
 from tests.conftest import REPO, run_cli, run_summary
 
 PLUGINS = REPO / "tests" / "plugins"

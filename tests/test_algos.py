@@ -8,17 +8,17 @@ import pytest
 import torch
 from torch import nn
 
-from rlrun.algorithm import make_policy
 from rlrun.algos.a2c import A2CLossConfig, a2c_loss
+from rlrun.algos.algorithm import make_policy
 from rlrun.algos.dqn import DQNConfig, DQNLossConfig, DQNState, dqn_td_loss
 from rlrun.algos.pg import PGLossConfig, pg_loss
 from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss
-from rlrun.batch import SampleBatch as SB
-from rlrun.distributions import Categorical
-from rlrun.models import ModelOutput
-from rlrun.plugins import load_builtins
-from rlrun.postprocessing import compute_nstep
-from rlrun.replay import ReplayBuffer
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import compute_nstep
+from rlrun.data.replay import ReplayBuffer
+from rlrun.models.base import ModelOutput
+from rlrun.models.distributions import Categorical
+from rlrun.sources.plugins import load_builtins
 
 load_builtins()
 OBS, TWO = gym.spaces.Box(-1, 1, (1,), np.float32), gym.spaces.Discrete(2)

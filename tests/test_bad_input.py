@@ -78,7 +78,7 @@ PLUGIN_CODE = textwrap.dedent('''
     import torch
     from torch import nn
     from rlrun import LOSSES, MODELS, LossOutput
-    from rlrun.models import ModelOutput
+    from rlrun.models.base import ModelOutput
 
 
     @MODELS.register("too_small")

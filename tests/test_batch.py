@@ -3,7 +3,7 @@ import re
 import numpy as np
 import pytest
 
-from rlrun.batch import MultiAgentBatch, SampleBatch, concat_samples
+from rlrun.data.batch import MultiAgentBatch, SampleBatch, concat_samples
 
 
 def make(n=6, start=0):

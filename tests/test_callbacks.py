@@ -1,4 +1,4 @@
-"""Callbacks and custom metrics (rlrun/callbacks.py): hooks called with keyword arguments, the
+"""Callbacks and custom metrics (rlrun/sources/callbacks.py): hooks called with keyword arguments, the
 episode object on a scripted env, env infos, custom/<name>_mean|min|max in MLflow with local and Ray
 workers, nothing reported when no episode ended, and a raising callback stopping the run with one line."""
 
@@ -9,11 +9,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun import CALLBACKS, Callbacks
-from rlrun.callbacks import custom_metric_summary, env_info
-from rlrun.config import build_config
-from rlrun.plugins import load_builtins
-from rlrun.registry import ENVS
-from rlrun.workers import RolloutWorker, WorkerSpec, make_policy_factory
+from rlrun.core.registry import ENVS
+from rlrun.sources.callbacks import custom_metric_summary, env_info
+from rlrun.sources.plugins import load_builtins
+from rlrun.sources.rollout_worker import RolloutWorker, WorkerSpec, make_policy_factory
+from rlrun.training.validate import build_config
 from tests.conftest import isolated, rlrun_cmd, run_summary
 from tests.scripted_env import ScriptedVectorEnv
 

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from rlrun.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from rlrun.training.checkpoint import FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path):

@@ -6,9 +6,9 @@ import torch
 
 from rlrun import make_trainer
 from rlrun.algos.dqn import DQNState
-from rlrun.checkpoint import load_checkpoint, save_checkpoint
-from rlrun.plugins import load_builtins
-from rlrun.registry import ALGOS
+from rlrun.core.registry import ALGOS
+from rlrun.sources.plugins import load_builtins
+from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
 
 load_builtins()
 PRESETS = {"pg": "pg_cartpole", "ppo": "ppo_cartpole", "a2c": "a2c_cartpole", "dqn": "dqn_cartpole",
@@ -27,7 +27,6 @@ def test_save_restore_round_trip(algo, tmp_path):
         overrides += ["algo.learning_starts=256"]  # learn in the 2 iterations below
     if algo in ("bc", "marwil"):  # they train from files: 30 random episodes
         import gymnasium as gym
-
         from rlrun.offline import EpisodeWriter
 
         env = gym.make("CartPole-v1")

@@ -4,8 +4,8 @@ from importlib.resources import files
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlrun.cli import compose
-from rlrun.config import ConfigError
+from rlrun.app.cli import compose
+from rlrun.config.typed import ConfigError
 
 EXPERIMENTS = sorted(p.name[:-5] for p in files("rlrun.conf").joinpath("experiment").iterdir()
                      if p.name.endswith(".yaml"))
@@ -17,7 +17,6 @@ def test_every_experiment_composes_and_validates(name, tmp_path):
         with pytest.raises(ConfigError, match="input: this run trains from recorded data"):
             compose([f"+experiment={name}"])
         import gymnasium as gym
-
         from rlrun.offline import EpisodeWriter
 
         env = gym.make("CartPole-v1")
@@ -95,7 +94,7 @@ def test_cfg_job_shows_the_presets_experiment_name(cli):
 
 
 def test_verbose_flag_is_rlruns_and_long_floats_are_shortened_for_display(cli, monkeypatch):
-    from rlrun.console import VERBOSE_ENV, short_floats, take_verbose_flag
+    from rlrun.core.quiet import VERBOSE_ENV, short_floats, take_verbose_flag
 
     monkeypatch.setenv(VERBOSE_ENV, "0")  # recorded, so the "1" set below does not leak into later tests
     assert take_verbose_flag(["-v", "algo=pg", "--verbose"]) == ["algo=pg"]

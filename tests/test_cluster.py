@@ -18,7 +18,7 @@ from tests.conftest import REPO, isolated
 PLUGIN = textwrap.dedent('''
     import gymnasium as gym
 
-    from rlrun.registry import ENVS
+    from rlrun.core.registry import ENVS
 
 
     @ENVS.register("ShippedCartPole", vector=False)

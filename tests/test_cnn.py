@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.cnn import CNNConfig, CNNModel, check_cnn_config
-from rlrun.schema import ConfigError
+from rlrun.config.typed import ConfigError
+from rlrun.models.cnn import CNNConfig, CNNModel, check_cnn_config
 
 from .conftest import REPO, run_summary
 
@@ -84,7 +84,7 @@ def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps_and_rlrun_eval_render
     # on most seeds (into the wall until the time limit: seeds 1 and 2), so only a sampled-action
     # return says whether the saved policy works.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=10", "render=true",
+    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=10", "render=true",
                         "render_episodes=1", "explore=true"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]

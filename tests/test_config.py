@@ -2,9 +2,10 @@
 
 import pytest
 
-from rlrun.cli import compose
-from rlrun.config import ConfigError, build_config
-from rlrun.plugins import load_builtins
+from rlrun.app.cli import compose
+from rlrun.config.typed import ConfigError
+from rlrun.sources.plugins import load_builtins
+from rlrun.training.validate import build_config
 
 load_builtins()
 

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlrun.algorithm import get_algorithm
-from rlrun.cli import compose
-from rlrun.config import EnvConfig, RolloutConfig, RunConfig, TrackingConfig, build_config, normalize_stop, to_dict
-from rlrun.plugins import load_builtins
-from rlrun.registry import ALGOS, LOSSES, MODELS
+from rlrun.algos.algorithm import get_algorithm
+from rlrun.app.cli import compose
+from rlrun.config.schemas import EnvConfig, RolloutConfig, RunConfig, TrackingConfig
+from rlrun.config.typed import to_dict
+from rlrun.core.registry import ALGOS, LOSSES, MODELS
+from rlrun.sources.plugins import load_builtins
+from rlrun.training.validate import build_config, normalize_stop
 
 load_builtins()
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -72,7 +74,7 @@ def test_section_files_match_their_schema(path, cls, exact):
 
 
 def test_rollout_server_yaml_holds_the_server_schemas_defaults():
-    from rlrun.config import ServerConfig
+    from rlrun.config.schemas import ServerConfig
 
     data = load(CONF / "rollout" / "server.yaml")
     assert data.pop("server") == dataclasses.asdict(ServerConfig())

@@ -2,7 +2,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrun.distributions import Categorical, DiagGaussian, default_distribution
+from rlrun.models.distributions import Categorical, DiagGaussian, default_distribution
 
 
 def test_categorical_matches_torch():

@@ -1,10 +1,10 @@
-"""``env.vectorize: envpool``: EnvPool's C++ envs behind the same sampler (rlrun/envpool_env.py)."""
+"""``env.vectorize: envpool``: EnvPool's C++ envs behind the same sampler (rlrun/envs/envpool.py)."""
 
 import numpy as np
 import pytest
 
-from rlrun.envs import make_vector_env
-from rlrun.registry import RegistryError
+from rlrun.core.registry import RegistryError
+from rlrun.envs.make import make_vector_env
 
 from .conftest import run_cli, run_summary
 

@@ -1,10 +1,10 @@
-from rlrun.algorithm import make_policy
-from rlrun.cli import compose
-from rlrun.config import EnvConfig, ModelConfig
-from rlrun.evaluation import evaluate
-from rlrun.plugins import load_builtins
-from rlrun.registry import ENVS, MODELS
-from rlrun.runner import run
+from rlrun.algos.algorithm import make_policy
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.config.schemas import EnvConfig, ModelConfig
+from rlrun.core.registry import ENVS, MODELS
+from rlrun.sources.plugins import load_builtins
+from rlrun.training.evaluation import evaluate
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
 load_builtins()

@@ -14,10 +14,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from rlrun.cli import compose
-from rlrun.eval_cli import parse_args
-from rlrun.export import load_policy
-from rlrun.runner import run
+from rlrun.app.cli import compose
+from rlrun.app.eval_cli import parse_args
+from rlrun.app.runner import run
+from rlrun.training.export import load_policy
 
 from .conftest import REPO
 
@@ -42,7 +42,7 @@ def _load_model(d, run_id):
 
 def _eval_cli(cwd, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "rlrun.eval_cli", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env=env)
 
 

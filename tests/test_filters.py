@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.cli import compose
-from rlrun.export import load_policy
-from rlrun.filters import MeanStdFilter, RunningStat
-from rlrun.runner import run
-from rlrun.trainer import Trainer
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.envs.filters import MeanStdFilter, RunningStat
+from rlrun.training.export import load_policy
+from rlrun.training.trainer import Trainer
 from tests.conftest import REPO, isolated
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlrun.cli import compose
-from rlrun.runner import run
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
 
 from .conftest import REPO, run_summary
 
@@ -31,7 +31,7 @@ def test_ppo_cartpole_reaches_475_within_150k_steps_through_the_cli(cli, tmp_pat
 
     # the saved policy, evaluated greedily by the separate console script, with a video in MLflow
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=20", "render=true"],
+    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=20", "render=true"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"greedy return over 20 episodes: mean ([\d.]+)", p.stdout)

@@ -8,10 +8,10 @@ import threading
 
 from mlflow.tracking import MlflowClient
 
-from rlrun import mlflow_writer
-from rlrun import writer_messages as msg
-from rlrun.mlflow_writer import _serve_jobs, _Shared
-from rlrun.writer_jobs import RunJobs, one_run
+from rlrun.tracking import writer as mlflow_writer
+from rlrun.tracking import writer_messages as msg
+from rlrun.tracking.writer import _serve_jobs, _Shared
+from rlrun.tracking.writer_jobs import RunJobs, one_run
 
 
 def serve(uri, messages, init=None):
@@ -87,7 +87,7 @@ def test_the_shared_writer_refuses_connections_without_its_key(tmp_path):
     from multiprocessing import AuthenticationError
     from multiprocessing.connection import Client
 
-    from rlrun.sweep import start_shared_writer
+    from rlrun.app.sweep import start_shared_writer
 
     proc, address = start_shared_writer()
     try:

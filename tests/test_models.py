@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlrun.algos.dqn import QMLPConfig, QMLPModel
-from rlrun.models import MLPConfig, MLPModel
+from rlrun.models.base import MLPConfig, MLPModel
 
 OBS = gym.spaces.Box(-1, 1, (3, 2), np.float32)  # non-flat observations are flattened
 
@@ -50,9 +50,9 @@ def test_q_model_values_are_the_max_q(dueling):
 def test_dqn_acts_in_numpy_with_the_q_networks_own_values_through_learning(dueling):
     """The built-in q_mlp acts in numpy on views of its weights: the greedy actions and Q-values
     dqn_actions returns are the torch model's, before and after an optimizer step."""
-    from rlrun.algorithm import make_policy
+    from rlrun.algos.algorithm import make_policy
     from rlrun.algos.dqn import DQNState, dqn_actions
-    from rlrun.plugins import load_builtins
+    from rlrun.sources.plugins import load_builtins
 
     load_builtins()
     policy = make_policy("dqn", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),

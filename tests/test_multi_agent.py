@@ -5,13 +5,13 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlrun.batch import MultiAgentBatch, SampleBatch
-from rlrun.cli import compose
-from rlrun.config import ConfigError
-from rlrun.multi_agent import HeuristicPolicy, probe_multi_agent_env
-from rlrun.registry import ENVS
-from rlrun.runner import run
-from rlrun.trainer import Trainer
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.config.typed import ConfigError
+from rlrun.core.registry import ENVS
+from rlrun.data.batch import MultiAgentBatch, SampleBatch
+from rlrun.policy.policy_map import HeuristicPolicy, probe_multi_agent_env
+from rlrun.training.trainer import Trainer
 
 from .conftest import isolated, run_summary
 
@@ -115,8 +115,8 @@ def test_the_cli_refuses_a_mapping_to_an_unknown_policy_in_one_line(cli):
 ODD_SPACES_PLUGIN = """
 import numpy as np
 from gymnasium import spaces
-from rlrun.registry import ENVS
-from rlrun.multi_agent import MultiCartPole
+from rlrun.core.registry import ENVS
+from rlrun.envs.multi_agent import MultiCartPole
 
 class OddCartPole(MultiCartPole):  # agent_1 sees one more number than the others
     def observation_space(self, agent):
@@ -235,7 +235,7 @@ def test_ppo_multi_cartpole_both_policies_reach_475_and_resume(cli, tmp_path):
 
     from .conftest import REPO
 
-    e = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=4", "render=true",
+    e = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=4", "render=true",
                         "render_episodes=1", "max_frames=60"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert e.returncode == 0, e.stderr[-3000:]
@@ -268,7 +268,7 @@ def test_ppo_multi_cartpole_with_ray_workers(tmp_path):
 
 
 def test_heuristic_policies_act_without_weights():
-    from rlrun.multi_agent import AlwaysSamePolicy, RandomPolicy
+    from rlrun.policy.policy_map import AlwaysSamePolicy, RandomPolicy
 
     same = AlwaysSamePolicy("x", spaces.Box(0, 1, (2,)), spaces.Discrete(3), action=2)
     assert isinstance(same, HeuristicPolicy) and same.get_weights() == {}
@@ -310,8 +310,9 @@ def test_ppo_simple_spread_reaches_minus_59_within_1m_steps(tmp_path):
 
 
 def test_aec_envs_are_converted_and_mapping_functions_are_registered(tmp_path, monkeypatch):
-    from rlrun.multi_agent import agent_to_policy, make_multi_agent_env
-    from rlrun.registry import POLICY_MAPPINGS
+    from rlrun.core.registry import POLICY_MAPPINGS
+    from rlrun.envs.multi_agent import make_multi_agent_env
+    from rlrun.policy.policy_map import agent_to_policy
 
     (tmp_path / "aec_only.py").write_text("from pettingzoo.classic.rps_v2 import env  # AEC only\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -16,22 +16,23 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from rlrun.algorithm import make_policy
+from rlrun.algos.algorithm import make_policy
 from rlrun.algos.marwil import MARWILConfig, MARWILLossConfig, MARWILState, marwil_loss
-from rlrun.batch import SampleBatch as SB
-from rlrun.cli import compose
-from rlrun.config import ConfigError, EnvConfig, ModelConfig, RolloutConfig
-from rlrun.distributions import Categorical
-from rlrun.errors import DataError, PluginError
-from rlrun.offline.input import dataset_meta
-from rlrun.offline.parquet import DatasetWriter, batch_from_table, read_meta
-from rlrun.offline.reader import ParquetReader
-from rlrun.plugins import load_builtins
-from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.registry import ENVS, MODELS
-from rlrun.runner import run
-from rlrun.trainer import Trainer
-from rlrun.workers import RolloutWorker, WorkerSpec
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.config.schemas import EnvConfig, ModelConfig, RolloutConfig
+from rlrun.config.typed import ConfigError
+from rlrun.core.errors import DataError, PluginError
+from rlrun.core.registry import ENVS, MODELS
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.parquet import DatasetWriter, batch_from_table, read_meta
+from rlrun.data.reader import ParquetReader
+from rlrun.models.distributions import Categorical
+from rlrun.policy.policy import DEFAULT_POLICY_ID
+from rlrun.sources.offline_input import dataset_meta
+from rlrun.sources.plugins import load_builtins
+from rlrun.sources.rollout_worker import RolloutWorker, WorkerSpec
+from rlrun.training.trainer import Trainer
 from tests.conftest import eval_cli, run_cli, run_summary
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
@@ -93,7 +94,7 @@ def _scripted_worker(lengths=(3, 4), truncate=(False, True), algo="marwil", frag
 
 
 def _write(tmp_path, batches, worker, file_size_mb=64.0):
-    from rlrun.config import RunConfig
+    from rlrun.config.schemas import RunConfig
 
     meta = dataset_meta(RunConfig(env=EnvConfig(id="scripted")), DEFAULT_POLICY_ID, worker.obs_space,
                         worker.action_space)
@@ -168,7 +169,7 @@ def test_marwil_loss_weights_advantages_and_bc_is_its_beta_zero_case():
 
     class Fixed(torch.nn.Module):
         def forward(self, obs):
-            from rlrun.models import ModelOutput
+            from rlrun.models.base import ModelOutput
 
             return ModelOutput(torch.zeros(len(obs), 2, requires_grad=True), torch.tensor([1.0, 3.0]))
 
@@ -194,7 +195,6 @@ def _spaces():
 
 def test_episode_writer_saves_external_episodes_that_read_back(tmp_path):
     import gymnasium as gym
-
     from rlrun.offline import EpisodeWriter
 
     obs_space, act_space = gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3)

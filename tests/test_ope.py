@@ -1,4 +1,4 @@
-"""Off-policy estimators (rlrun/offline/estimators.py, rlrun/offline/ope.py): each one on small,
+"""Off-policy estimators (rlrun/data/estimators.py, rlrun/training/ope.py): each one on small,
 hand-computed examples; FQE on a bandit; the on-policy case on recorded CartPole data."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from rlrun.batch import SampleBatch as SB
-from rlrun.offline.estimators import Episode, estimate
-from rlrun.offline.ope import fit_fqe, q_values
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.estimators import Episode, estimate
+from rlrun.training.ope import fit_fqe, q_values
 
 # a one-step bandit: action 0 pays 1, action 1 pays 0; behaviour mu = (0.5, 0.5), target pi = (0.8, 0.2)
 MU, PI = np.array([0.5, 0.5]), np.array([0.8, 0.2])
@@ -110,10 +110,10 @@ def test_fqe_bootstraps_through_a_chain():
 def test_on_policy_estimates_match_the_data_and_a_run_logs_them(recorded, tmp_path):
     """Estimating the policy that recorded the data: IS and WIS equal the data's own discounted
     return exactly; DR and WDR within 1%; a BC run reports every ope/<method>/* metric."""
-    from rlrun.cli import compose
-    from rlrun.export import load_policy
-    from rlrun.offline.ope import OffPolicyEvaluator
-    from rlrun.runner import run
+    from rlrun.app.cli import compose
+    from rlrun.app.runner import run
+    from rlrun.training.export import load_policy
+    from rlrun.training.ope import OffPolicyEvaluator
 
     behaviour = load_policy(sorted((recorded / "run" / "checkpoints").iterdir())[-1])
     cfg = compose(["+experiment=bc_cartpole", f"input={recorded / 'data'}", "tracking=none", "progress=false",

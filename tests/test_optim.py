@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rlrun.optim import Adam
+from rlrun.policy.optim import Adam
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -34,8 +34,8 @@ def test_state_round_trip():
 
 
 def test_any_torch_optimizer_by_name_with_its_options(tmp_path):
-    from rlrun.cli import compose
-    from rlrun.runner import make_trainer_from
+    from rlrun.app.cli import compose
+    from rlrun.app.runner import make_trainer_from
 
     cfg = compose(["+experiment=ppo_cartpole", "tracking=none", "algo.optimizer.name=SGD",
                    "+algo.optimizer.kwargs.momentum=0.9"], str(tmp_path))

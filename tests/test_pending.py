@@ -28,8 +28,8 @@ def start_run(cwd: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
 
 
 def rlrun_wait(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlrun.pending", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run([sys.executable, "-m", "rlrun.tracking.pending", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def runs_of(cwd: Path, out_dir: Path) -> list:
@@ -139,7 +139,7 @@ def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path
     assert len(meta["rlrun_run_key"]) == 32, meta
     (ckpt / "meta.json").write_text(json.dumps({**meta, "mlflow_run_id": None}))  # written before the id came
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", f"checkpoint={ckpt}", "episodes=2"], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", f"checkpoint={ckpt}", "episodes=2"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     (run,) = runs_of(tmp_path, out_dir)

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.algorithm import make_policy
+from rlrun.algos.algorithm import make_policy
 from rlrun.algos.pg import PGConfig
-from rlrun.batch import SampleBatch
-from rlrun.plugins import load_builtins
-from rlrun.policy import LossOutput, NonFiniteLossError
+from rlrun.data.batch import SampleBatch
+from rlrun.policy.policy import LossOutput, NonFiniteLossError
+from rlrun.sources.plugins import load_builtins
 
 
 def nan_loss(policy, model, dist_class, batch):
@@ -43,7 +43,7 @@ def _ppo_batch(policy, n=256, seed=0):
 def test_the_numpy_actor_follows_the_torch_model_through_learning_and_set_weights(activation, n_actions):
     """The built-in MLP + categorical acts in numpy on views of the torch weights: after SGD steps and
     after set_weights its logits, values, logp and greedy actions are the torch model's."""
-    from rlrun.models import MLPConfig
+    from rlrun.models.base import MLPConfig
 
     load_builtins()
     policy = make_policy("ppo", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(n_actions),
@@ -90,8 +90,8 @@ def test_the_numpy_actor_samples_a_gaussian_like_the_torch_distribution(free_log
     """Box actions from the built-in MLP act in numpy too: the means and log-stds are the torch
     model's (after an SGD step as well), greedy actions are the means, sampled actions have the
     distribution's moments and their logp is DiagGaussian.logp."""
-    from rlrun.distributions import DiagGaussian
-    from rlrun.models import MLPConfig
+    from rlrun.models.base import MLPConfig
+    from rlrun.models.distributions import DiagGaussian
 
     load_builtins()
     space = gym.spaces.Box(-2, 2, (2,), np.float32)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rlrun.postprocessing import compute_gae, discounted_returns, explained_variance
+from rlrun.data.postprocessing import compute_gae, discounted_returns, explained_variance
 
 F = np.float32
 
@@ -100,7 +100,7 @@ def _vtrace_reference(mu, pi, r, v, nv, term, ends, gamma, rho_bar_clip, c_clip)
 
 
 def test_vtrace_matches_slow_reference_loop():
-    from rlrun.postprocessing import vtrace
+    from rlrun.data.postprocessing import vtrace
 
     rng = np.random.default_rng(3)
     T = 12
@@ -122,7 +122,7 @@ def test_vtrace_matches_slow_reference_loop():
 
 
 def test_vtrace_on_policy_equals_n_step_returns():
-    from rlrun.postprocessing import vtrace
+    from rlrun.data.postprocessing import vtrace
 
     r = np.array([1.0, 1.0, 1.0], np.float32)
     v = np.zeros(3, np.float32)

@@ -189,6 +189,12 @@ def run_python(block: Block, launch: Path) -> None:
     if "LOSSES.register" in code:  # "Put this in my_losses.py next to where you run rlrun"
         (launch / "my_losses.py").write_text(code)
         code = "import my_losses"
+    if "MODELS.register" in code:  # "in my_models.py"; the bash block after it uses it
+        (launch / "my_models.py").write_text(code)
+        code = "import my_models"
+    if "SOURCES.register" in code:  # "Put this in my_sources.py"; the bash block after it uses it
+        (launch / "my_sources.py").write_text(code)
+        code = "import my_sources"
     if "CALLBACKS.register" in code:  # "Put this in my_callbacks.py ..."; the bash block before uses it
         (launch / "my_callbacks.py").write_text(code)
         code = "import my_callbacks"

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.algorithm import make_policy
+from rlrun.algos.algorithm import make_policy
 from rlrun.algos.ppo import PPOConfig
-from rlrun.config import EnvConfig, RolloutConfig
-from rlrun.export import load_policy
-from rlrun.lstm import LSTMConfig
-from rlrun.plugins import load_builtins
-from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.registry import ENVS
-from rlrun.sequences import SEQ_MASK, SequenceView, sequence_minibatch, sequence_starts
-from rlrun.workers import RolloutWorker, WorkerSpec
+from rlrun.config.schemas import EnvConfig, RolloutConfig
+from rlrun.core.registry import ENVS
+from rlrun.models.lstm import LSTMConfig
+from rlrun.models.sequences import SEQ_MASK, SequenceView, sequence_minibatch, sequence_starts
+from rlrun.policy.policy import DEFAULT_POLICY_ID
+from rlrun.sources.plugins import load_builtins
+from rlrun.sources.rollout_worker import RolloutWorker, WorkerSpec
+from rlrun.training.export import load_policy
 from tests.conftest import REPO, run_summary
 from tests.scripted_env import ScriptedVectorEnv
 
@@ -148,7 +148,7 @@ def test_ppo_lstm_stateless_cartpole_reaches_475_within_200k_steps_and_evaluates
     s = run_summary(p.stdout)
     assert s["stopped"].startswith("rollout/episode_return_mean") and int(s["steps"]) <= 200_000, s
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "rlrun.eval_cli", "checkpoint=latest", "episodes=10"], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=10"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"greedy return over 10 episodes: mean ([\d.]+)", p.stdout)

@@ -4,9 +4,9 @@ import textwrap
 
 import pytest
 
-from rlrun.cli import compose
-from rlrun.registry import LOSSES, Registry, RegistryError
-from rlrun.runner import run
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.core.registry import LOSSES, Registry, RegistryError
 
 PLUGIN = textwrap.dedent('''
     import gymnasium as gym
@@ -14,7 +14,7 @@ PLUGIN = textwrap.dedent('''
     from torch import nn
 
     from rlrun import ENVS, LOSSES, MODELS, LossOutput, SampleBatch as SB
-    from rlrun.models import ModelOutput
+    from rlrun.models.base import ModelOutput
 
     @LOSSES.register("vanilla_pg", requires=(SB.OBS, SB.ACTIONS, SB.REWARDS), terms=("vanilla",))
     def vanilla_pg(policy, model, dist_class, batch):

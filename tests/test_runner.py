@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 from mlflow.tracking import MlflowClient
 
-from rlrun.runner import stop_reason
+from rlrun.app.runner import stop_reason
 from tests.conftest import REPO, rlrun_cmd, run_summary
 
 

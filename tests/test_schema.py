@@ -1,4 +1,4 @@
-"""rlrun.schema: plain data -> dataclasses with one clear error per mistake."""
+"""rlrun.config.typed: plain data -> dataclasses with one clear error per mistake."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from rlrun.schema import ConfigError, from_dict, to_dict
+from rlrun.config.typed import ConfigError, from_dict, to_dict
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""External applications (rlrun/serving/, rlrun/client.py): the protocol's checks, the episode table,
+"""External applications (rlrun/serving/, rlrun/app/client.py): the protocol's checks, the episode table,
 and real runs with ``rollout=server`` driven by client processes (experiments/external_env/driver.py)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rlrun.serving.episodes import EpisodeTable
-from rlrun.serving.protocol import RequestError, decode
+from rlrun.sources.serving.episodes import EpisodeTable
+from rlrun.sources.serving.protocol import RequestError, decode
 
 from .conftest import REPO, free_port, run_cli
 
@@ -74,7 +74,7 @@ def test_a_batch_runs_in_order_and_stops_at_the_first_refusal():
     its index, so a client knows what took effect."""
     from types import SimpleNamespace
 
-    from rlrun.serving.app import PolicyServer
+    from rlrun.sources.serving.app import PolicyServer
 
     t = table()
     server = SimpleNamespace(table=t, spaces=(OBS, ACT), rejected=0, policy=None, info={})
@@ -168,11 +168,11 @@ def test_segments_postprocessed_together_match_each_on_its_own(algo):
     advantages (GAE) or n-step targets (DQN) must be those of its segment postprocessed alone."""
     from types import SimpleNamespace
 
-    from rlrun.algorithm import make_policy
-    from rlrun.config import RolloutConfig
-    from rlrun.plugins import load_builtins
-    from rlrun.serving.episodes import Segment
-    from rlrun.serving.worker import ServerWorker
+    from rlrun.algos.algorithm import make_policy
+    from rlrun.config.schemas import RolloutConfig
+    from rlrun.sources.plugins import load_builtins
+    from rlrun.sources.serving.episodes import Segment
+    from rlrun.sources.serving.worker import ServerWorker
 
     load_builtins()
     obs_space, act_space = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2)
@@ -441,7 +441,7 @@ def test_a_client_killed_mid_episode_loses_only_that_episode(tmp_path):
                     "rollout.server.episode_timeout_s=1", *SPACES_ONLY)
     victim = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
-from rlrun.client import PolicyClient
+from rlrun.app.client import PolicyClient
 c = PolicyClient({run.address!r}, token={run.token!r})
 e = c.start_episode()
 for _ in range(20):
@@ -513,10 +513,10 @@ def test_one_step_acting_matches_torch(share):
     """act_one (the server's and the local client's step) acts in numpy for the built-in MLP: the
     log-probability of a client's own action, values and logits are torch's, and sampled actions
     follow the policy's probabilities."""
-    from rlrun.cli import compose
-    from rlrun.plugins import load_builtins
-    from rlrun.serving.local import act_one
-    from rlrun.workers import make_policy_factory
+    from rlrun.app.cli import compose
+    from rlrun.sources.plugins import load_builtins
+    from rlrun.sources.rollout_worker import make_policy_factory
+    from rlrun.sources.serving.local import act_one
 
     load_builtins()
     cfg = compose(["+experiment=ppo_cartpole", f"model.vf_share_layers={str(share).lower()}"])

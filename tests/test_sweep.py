@@ -12,7 +12,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlrun.report import seed_curves, setting_of
+from rlrun.tracking.report import seed_curves, setting_of
 
 from .conftest import REPO, isolated, on_ray_cluster, run_cli
 
@@ -26,7 +26,7 @@ def _store(d):
 def _sweep_runs(client, experiment="ppo_cartpole"):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id])
-    parents = [r for r in runs if r.data.tags.get("rlrun.sweep") == "true"]
+    parents = [r for r in runs if r.data.tags.get("rlrun.app.sweep") == "true"]
     assert len(parents) == 1, [r.info.run_name for r in runs]
     parent = parents[0]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -113,7 +113,7 @@ def test_rlrun_report_regenerates_the_summary(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     sweep_dir = next(tmp_path.glob("multirun/*/*/rlrun_sweep.json")).parent
     (sweep_dir / "sweep_summary.md").unlink()
-    env_py = [sys.executable, "-m", "rlrun.report"]
+    env_py = [sys.executable, "-m", "rlrun.tracking.report"]
     r = subprocess.run([*env_py, str(sweep_dir)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -149,9 +149,9 @@ def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
 def test_target_objectives_score_met_runs_by_steps_or_seconds_and_missed_runs_inf():
     from pathlib import Path
 
-    from rlrun.cli import compose
-    from rlrun.runner import RunResult
-    from rlrun.sweep_info import objective_value
+    from rlrun.app.cli import compose
+    from rlrun.app.runner import RunResult
+    from rlrun.core.sweep_info import objective_value
 
     metrics = {"timesteps_total": 70_000.0, "time_total_s": 41.5, "rollout/episode_return_mean": 480.0}
     met = RunResult(metrics, "rollout/episode_return_mean", True, Path("c"), Path("o"))

@@ -7,9 +7,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rlrun.cli import compose
-from rlrun.provenance import MAX_PARAM_VALUE, flatten, params_from_config
-from rlrun.runner import run
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.core.provenance import MAX_PARAM_VALUE, flatten, params_from_config
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,8 @@ def _mlflow_run(d, experiment="ppo_cartpole"):
 def test_num_workers_0_never_imports_ray(tmp_path):
     code = textwrap.dedent("""
         import sys
-        from rlrun.cli import compose
-        from rlrun.runner import run
+        from rlrun.app.cli import compose
+        from rlrun.app.runner import run
         r = run(compose(["+experiment=ppo_cartpole", "tracking=none", "progress=false",
                          "stop.training_iteration=2"]))
         assert r.metrics["training_iteration"] == 2
@@ -264,7 +264,7 @@ def test_a_private_ray_instance_listens_on_loopback_only_and_dies_with_its_run(t
         # a group kill leaves no time to remove the instance's temp dir: the next private instance does
         left = list(Path(os.environ["RAY_TMPDIR"]).glob(f"rlrun-ray-{proc.pid}-*"))
         assert left
-        from rlrun.ray_instance import private_temp_dir
+        from rlrun.sources.ray_instance import private_temp_dir
 
         shutil.rmtree(private_temp_dir())
         assert not any(d.exists() for d in left)

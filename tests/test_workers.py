@@ -1,14 +1,14 @@
 import numpy as np
 import pytest
 
-from rlrun.algorithm import make_policy
+from rlrun.algos.algorithm import make_policy
 from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig
-from rlrun.batch import SampleBatch as SB
-from rlrun.config import EnvConfig, ModelConfig, RolloutConfig
-from rlrun.plugins import load_builtins
-from rlrun.policy import DEFAULT_POLICY_ID
-from rlrun.registry import ENVS, MODELS
-from rlrun.workers import RolloutWorker, WorkerSpec
+from rlrun.config.schemas import EnvConfig, ModelConfig, RolloutConfig
+from rlrun.core.registry import ENVS, MODELS
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.policy.policy import DEFAULT_POLICY_ID
+from rlrun.sources.plugins import load_builtins
+from rlrun.sources.rollout_worker import RolloutWorker, WorkerSpec
 from tests.scripted_env import ScriptedVectorEnv, ValueIsTenT
 
 load_builtins()

@@ -1,4 +1,4 @@
-"""Env wrappers from YAML (rlrun/wrappers.py): parsing, the vector form kept where every wrapper has
+"""Env wrappers from YAML (rlrun/envs/wrappers.py): parsing, the vector form kept where every wrapper has
 one, per-sub-env wrapping otherwise, the same wrappers in training and evaluation, and one clear
 line for every mistake, before compute."""
 
@@ -6,12 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlrun.config import EnvConfig
-from rlrun.envs import env_from_config, make_vector_env, probe_env
-from rlrun.evaluation import evaluate
-from rlrun.plugins import load_builtins
-from rlrun.registry import RegistryError
-from rlrun.wrappers import parse_wrappers
+from rlrun.config.schemas import EnvConfig
+from rlrun.core.registry import RegistryError
+from rlrun.envs.make import env_from_config, make_vector_env, probe_env
+from rlrun.envs.wrappers import parse_wrappers
+from rlrun.sources.plugins import load_builtins
+from rlrun.training.evaluation import evaluate
 
 load_builtins()
 

@@ -1,5 +1,5 @@
 """An external application: gymnasium CartPole run as if it were a foreign simulator, talking to a
-``rollout=server`` run only through ``rlrun.client.PolicyClient``. It plays episodes until the run
+``rollout=server`` run only through ``rlrun.app.client.PolicyClient``. It plays episodes until the run
 says it has finished.
 
     python experiments/external_env/driver.py --address http://127.0.0.1:9900 --token-file server.token
@@ -25,7 +25,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from rlrun.client import PolicyClient, RunFinished, ServerRestarted
+from rlrun.app.client import PolicyClient, RunFinished, ServerRestarted
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Issue 16's study: learning and throughput of runs whose episodes external clients drive.
 
 Every run is the real ``rlrun ... rollout=server`` (``tracking=none``) with client processes running
-``driver.py`` (gymnasium CartPole-v1 behind ``rlrun.client.PolicyClient``).
+``driver.py`` (gymnasium CartPole-v1 behind ``rlrun.app.client.PolicyClient``).
 
 - ``learn`` (per seed): ``+experiment=ppo_cartpole`` with 4 remote clients, the same with 4 local-
   inference clients, and ``+experiment=dqn_cartpole`` with 4 remote clients that choose half of their

@@ -70,7 +70,7 @@ def rlrun(*args: str, cwd: Path) -> tuple[str, float]:
 
 
 def record(ckpt: Path, episodes: int, out: Path, cwd: Path) -> None:
-    sh([sys.executable, "-m", "rlrun.eval_cli", f"checkpoint={ckpt}", f"episodes={episodes}", "explore=true",
+    sh([sys.executable, "-m", "rlrun.app.eval_cli", f"checkpoint={ckpt}", f"episodes={episodes}", "explore=true",
         f"output={out}", "log=false", f"out={cwd / 'eval' / out.name}"], cwd)
 
 
@@ -143,12 +143,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from rlrun.plugins import load_builtins
+from rlrun.sources.plugins import load_builtins
 load_builtins()
-from rlrun.cli import compose
-from rlrun.export import load_policy
-from rlrun.offline.episodes import EpisodeWriter
-from rlrun.offline.ope import OffPolicyEvaluator, action_probs, load_episodes
+from rlrun.app.cli import compose
+from rlrun.training.export import load_policy
+from rlrun.data.episodes import EpisodeWriter
+from rlrun.training.ope import OffPolicyEvaluator, action_probs, load_episodes
 torch.set_num_threads(1)
 work = Path({str(work)!r})
 methods = {list(OPE_METHODS)!r}
@@ -210,12 +210,12 @@ print(json.dumps(out))
 MEMORY = r"""
 import json, sys, time, resource
 import psutil
-from rlrun.plugins import load_builtins
+from rlrun.sources.plugins import load_builtins
 load_builtins()
-from rlrun.cli import compose
-from rlrun.export import load_policy
-from rlrun.offline.config import input_files
-from rlrun.offline.reader import ParquetReader
+from rlrun.app.cli import compose
+from rlrun.training.export import load_policy
+from rlrun.config.offline import input_files
+from rlrun.data.reader import ParquetReader
 src, ckpt = sys.argv[1], sys.argv[2]
 lp = load_policy(ckpt)
 files = input_files(src)
@@ -245,10 +245,10 @@ def part_memory(work: Path) -> dict[str, object]:
 
 WRITE = r"""
 import json, shutil, sys, time
-from rlrun.plugins import load_builtins
+from rlrun.sources.plugins import load_builtins
 load_builtins()
-from rlrun.cli import compose
-from rlrun.trainer import Trainer
+from rlrun.app.cli import compose
+from rlrun.training.trainer import Trainer
 mode, out = sys.argv[1], sys.argv[2]
 t = Trainer(compose(["+experiment=ppo_cartpole", "tracking=none"] + ([f"output={out}"] if mode == "on" else [])), ".")
 t.sample_batch()

@@ -179,8 +179,8 @@ def timed(argv: list[str], cwd: str) -> tuple[subprocess.CompletedProcess[str], 
 def complete_after(wall: float, cwd: str) -> float:
     """Seconds from the command's start until ``rlrun-wait`` says MLflow holds the whole run."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "rlrun.pending", cwd], capture_output=True, text=True, timeout=600,
-                       env=ENV)
+    p = subprocess.run([sys.executable, "-m", "rlrun.tracking.pending", cwd], capture_output=True, text=True,
+                       timeout=600, env=ENV)
     assert p.returncode == 0 and "MLflow run complete" in p.stdout, p.stdout + p.stderr
     return round(wall + time.perf_counter() - t0, 2)
 

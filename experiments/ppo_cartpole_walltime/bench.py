@@ -45,7 +45,7 @@ def one_run(seed: int, extra: list[str], code_dir: Path = REPO, preset: str = "p
     if p.returncode != 0:
         raise SystemExit(f"seed {seed} failed:\n{p.stderr[-2000:]}")
     summary = SUMMARY.search(p.stdout)
-    if summary:  # the end-of-run summary (rlrun/progress.py)
+    if summary:  # the end-of-run summary (rlrun/tracking/progress.py)
         reason, ret, steps = summary[1], float(summary[2]), int(summary[3].replace(",", ""))
     else:  # an older checkout (--before): its last progress line
         m = LINE.search(p.stdout.strip().splitlines()[-1])

@@ -41,8 +41,8 @@ PRESETS: dict[str, list[str]] = {
 
 
 def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, float]]]:
-    from rlrun.cli import compose
-    from rlrun.runner import run
+    from rlrun.app.cli import compose
+    from rlrun.app.runner import run
 
     with tempfile.TemporaryDirectory(prefix="rlrun-regression-") as out:  # checkpoints are not kept
         cfg = compose([*PRESETS[preset], f"seed={seed}", "tracking=none", "progress=false", f"output_dir={out}"])

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
 from rlrun.algos.ppo import PPOConfig, adapt_kl, kl_state
-from rlrun.batch import SampleBatch as SB
-from rlrun.config import AlgoConfig
-from rlrun.policy import Policy
-from rlrun.postprocessing import fragment_ends, vtrace
+from rlrun.config.schemas import AlgoConfig
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import fragment_ends, vtrace
+from rlrun.policy.policy import Policy
 
 
 @dataclass

@@ -21,11 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
-from rlrun.batch import SampleBatch as SB
-from rlrun.config import AlgoConfig, LossConfig
-from rlrun.distributions import ActionDistribution
-from rlrun.models import (
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
+from rlrun.config.schemas import AlgoConfig, LossConfig
+from rlrun.core.registry import LOSSES, MODELS
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import compute_nstep, fragment_ends, piecewise
+from rlrun.data.replay import ReplayBuffer
+from rlrun.models.base import (
     _ACT_FNS,
     ACTIVATIONS,
     MLPConfig,
@@ -36,11 +38,9 @@ from rlrun.models import (
     linear_layers,
     mlp_forward,
 )
-from rlrun.numpy_actor import NumpyQ
-from rlrun.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import compute_nstep, fragment_ends, piecewise
-from rlrun.registry import LOSSES, MODELS
-from rlrun.replay import ReplayBuffer
+from rlrun.models.distributions import ActionDistribution
+from rlrun.models.numpy_actor import NumpyQ
+from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 
 
 @dataclass

@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
-from rlrun.batch import SampleBatch as SB
-from rlrun.config import AlgoConfig, LossConfig
-from rlrun.distributions import ActionDistribution
-from rlrun.policy import LearnerState, LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import add_gae
-from rlrun.registry import LOSSES
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
+from rlrun.config.schemas import AlgoConfig, LossConfig
+from rlrun.core.registry import LOSSES
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import add_gae
+from rlrun.models.distributions import ActionDistribution
+from rlrun.policy.policy import LearnerState, LossOutput, Policy, TorchBatch
 
 MAX_EXPONENT = 20.0  # exp(20) ~ 5e8: one outlier advantage cannot overflow the weights to inf
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
-from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, register_algorithm
-from rlrun.batch import SampleBatch as SB
-from rlrun.config import AlgoConfig, LossConfig
-from rlrun.distributions import ActionDistribution
-from rlrun.policy import LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import discounted_returns, fragment_ends, normalize_advantages
-from rlrun.registry import LOSSES
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, register_algorithm
+from rlrun.config.schemas import AlgoConfig, LossConfig
+from rlrun.core.registry import LOSSES
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import discounted_returns, fragment_ends, normalize_advantages
+from rlrun.models.distributions import ActionDistribution
+from rlrun.policy.policy import LossOutput, Policy, TorchBatch
 
 
 @dataclass

@@ -9,13 +9,22 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
+from rlrun import (
+    COLLECTED_COLUMNS,
+    LOSSES,
+    ActionDistribution,
+    AlgoConfig,
+    Algorithm,
+    LossConfig,
+    LossOutput,
+    Policy,
+    TorchBatch,
+    discounted_returns,
+    fragment_ends,
+    normalize_advantages,
+    register_algorithm,
+)
 from rlrun import SampleBatch as SB
-from rlrun.algorithm import COLLECTED_COLUMNS, Algorithm, register_algorithm
-from rlrun.config import AlgoConfig, LossConfig
-from rlrun.distributions import ActionDistribution
-from rlrun.policy import LossOutput, Policy, TorchBatch
-from rlrun.postprocessing import discounted_returns, fragment_ends, normalize_advantages
-from rlrun.registry import LOSSES
 
 
 @dataclass

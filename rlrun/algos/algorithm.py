@@ -1,0 +1,108 @@
+"""Algorithm: one registered object that says everything an algorithm is.
+
+    Algorithm(name, config_cls, default_loss, postprocess, compute_actions, make_state, learn, ...)
+
+- ``config_cls``: its config schema (the ``algo:`` section), the only place its defaults live.
+- ``default_loss``: the loss used when the config does not pick one.
+- ``postprocess(policy, fragment [T, B], last_values [B])``: runs on the workers, adds columns.
+- ``compute_actions(policy, obs, explore)``: replaces sampling from the action distribution.
+- ``make_state(policy)``: the per-policy learner state (KL coefficient, target network, replay);
+  the Policy owns it, checkpoints carry it.
+- ``learn(policy, batch, ctx)``: one policy's learning step on one train batch; default
+  ``policy.learn_on_batch``. Per policy, so a multi-agent run learns each policy with its own hook.
+- ``async_broadcast_interval(config)``: None for synchronous sampling; else the learner takes
+  whatever fragments arrived and a worker gets new weights every N-th of its fragments (APPO).
+- ``provides_columns`` / ``metrics``: checked against the loss's needs and the ``stop`` keys
+  before anything runs.
+
+Adding an algorithm = one module with its config, loss, postprocess function and one
+``register_algorithm(Algorithm(...))`` call, plus one YAML file in ``conf/algo/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import gymnasium as gym
+
+from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
+from rlrun.core.registry import ALGOS, LOSSES, MODELS
+from rlrun.data.batch import SampleBatch
+from rlrun.policy.policy import (
+    DEFAULT_POLICY_ID,
+    ActionFn,
+    LossFn,
+    Policy,
+    PolicySpec,
+    PostprocessFn,
+    StateFn,
+    no_state,
+)
+
+SB = SampleBatch
+# columns every worker collects, before any postprocessing
+COLLECTED_COLUMNS = (SB.OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.EPS_ID, SB.T, SB.ACTION_LOGP,
+                     SB.VF_PREDS, SB.ACTION_DIST_INPUTS)
+
+
+class LearnContext(NamedTuple):
+    """What a learn hook may know of the run besides its policy and batch."""
+
+    timesteps_total: int  # env steps sampled so far, this batch included
+    iteration: int  # training iterations completed before this one
+
+
+LearnFn = Callable[[Policy, SampleBatch, LearnContext], dict[str, float]]
+
+
+def learn_on_batch(policy: Policy, batch: SampleBatch, ctx: LearnContext) -> dict[str, float]:
+    """The default learn hook: SGD on the batch with the policy's loss."""
+    return policy.learn_on_batch(batch)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    config_cls: type[AlgoConfig]
+    default_loss: str
+    postprocess: PostprocessFn | None = None
+    compute_actions: ActionFn | None = None
+    make_state: StateFn = no_state
+    learn: LearnFn = learn_on_batch
+    async_broadcast_interval: Callable[[AlgoConfig], int] | None = None
+    needs_next_obs: bool = False  # workers add NEXT_OBS before postprocessing
+    provides_columns: tuple[str, ...] = COLLECTED_COLUMNS
+    metrics: tuple[str, ...] = ()  # metric names this algorithm reports besides the common ones
+    recurrent: bool = False  # its data path carries recurrent state (learns with policy.learn_on_batch on sequences)
+    description: str = ""
+
+
+def register_algorithm(algo: Algorithm, override: bool = False) -> Algorithm:
+    """Make ``algo`` selectable as ``algo.name: <name>`` (its schema checks the ``algo:`` section)."""
+    ALGOS.add(algo.name, algo, config=algo.config_cls, override=override)
+    return algo
+
+
+def get_algorithm(name: str, key: str = "algo.name") -> Algorithm:
+    algo = ALGOS.get(name, key)
+    if not isinstance(algo, Algorithm):
+        raise TypeError(f"{key}: '{name}' is registered as {type(algo).__name__}, not an rlrun.Algorithm")
+    return algo
+
+
+def make_policy(algo: str | Algorithm, obs_space: gym.Space, action_space: gym.Space, *,
+                algo_config: AlgoConfig | None = None, loss_config: LossConfig | None = None,
+                model_config: ModelConfig | None = None, loss_fn: LossFn | None = None, seed: int = 0,
+                policy_id: str = DEFAULT_POLICY_ID) -> Policy:
+    """A real Policy outside a run (tests, notebooks): every config the registry's default unless
+    given; the loss is ``loss_fn``, else the one ``loss_config`` names, else the algorithm's default.
+    The registries must hold the names (``rlrun.sources.plugins.load_builtins()``)."""
+    algorithm = algo if isinstance(algo, Algorithm) else get_algorithm(algo)
+    algo_config = algo_config or algorithm.config_cls()
+    loss_config = loss_config or (LOSSES.entry(algorithm.default_loss).config_cls or LossConfig)()
+    model_config = model_config or (MODELS.entry("mlp").config_cls or ModelConfig)()
+    fn = loss_fn or LOSSES.get(loss_config.name, "loss.name")
+    spec = PolicySpec(obs_space, action_space, algo_config, loss_config, model_config, seed)
+    return Policy(spec, algorithm, fn, policy_id)

@@ -1,0 +1,365 @@
+"""``run(cfg)``: build the trainer, train until a stop criterion, checkpoint, track, return.
+
+Tests and the CLI both call this; it takes a validated ``RunConfig`` or plain config data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from rlrun.app.run_files import (
+    RUN_KEY_META,
+    check_output_dir_is_ours,
+    check_state_fits,
+    default_output_dir,
+    write_checkpoint,
+)
+from rlrun.config.offline import SAMPLER
+from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
+from rlrun.config.typed import ConfigError, to_dict
+from rlrun.core.errors import RunInterrupted, Terminated
+from rlrun.core.metrics import STOP_COUNTERS, without_unused
+from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
+from rlrun.core.sweep_info import SweepJob
+from rlrun.envs.make import probe_env_config
+from rlrun.models.check import check_model_fits
+from rlrun.policy.policy_map import probe_multi_agent_env
+from rlrun.sources.offline_input import check_input
+from rlrun.sources.plugins import load_plugins
+from rlrun.tracking.mlflow_runs import RUN_KEY_TAG
+from rlrun.tracking.pending import PENDING_FILE, finish_pending
+from rlrun.tracking.progress import ProgressLine, Summary
+from rlrun.tracking.tracker import Tracker, TrackingError, clean_metrics, default_tracking_uri, make_tracker
+from rlrun.tracking.writer_messages import MetricRow
+from rlrun.training.checkpoint import (
+    Checkpoint,
+    check_resumable,
+    load_checkpoint,
+    remove_dead_writes,
+    resolve_resume,
+)
+from rlrun.training.ope import check_evaluation_data
+from rlrun.training.trainer import Trainer
+from rlrun.training.validate import build_config
+
+
+@dataclass
+class RunResult:
+    metrics: dict[str, float]  # the last iteration's result
+    stop_reason: str
+    target_met: bool  # a metric threshold in `stop` was reached (not just a budget)
+    checkpoint_dir: Path
+    output_dir: Path
+    run_id: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str | None:
+    """The first criterion met (``result[key] >= value``), or None. NaN never meets one."""
+    for key, value in stop.items():
+        v = result.get(key)
+        if v is not None and not math.isnan(v) and v >= value:
+            return f"{key} = {v:g} >= {value:g}"
+    return None
+
+
+def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
+    """A metric threshold of ``stop`` was reached (a counter budget running out does not count)."""
+    return any(stop_reason({k: v}, result) for k, v in stop.items() if k not in STOP_COUNTERS)
+
+
+def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None,
+        sweep: SweepJob | None = None, background_finish: bool = False) -> RunResult:
+    """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
+    defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
+    makes the MLflow run a child of a sweep's parent run (see rlrun/app/sweep.py). ``background_finish``
+    (the ``rlrun`` command, ``tracking.wait: false``): a finished run returns without waiting for
+    the MLflow writer's last work (see rlrun/tracking/pending.py)."""
+    t0 = time.monotonic()
+    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
+    ctx.background_finish = background_finish
+    interrupted: KeyboardInterrupt | None = None
+    failed: BaseException | None = None
+    try:
+        ctx.trainer = make_trainer_from(ctx.cfg, ctx.launch)
+        if ctx.resumed:
+            ctx.trainer.set_state(ctx.resumed.state)
+            _replay_history(ctx)
+        workers = ctx.trainer.workers
+        if workers.ray_address:  # where the Ray workers run: ray.worker.<i>.node = <resources or head>:<node id>
+            ctx.tracker.set_tags({"ray.address": workers.ray_address,
+                                  **{f"ray.worker.{i}.node": node for i, node in workers.placement().items()}})
+        _loop(ctx, ctx.trainer)
+        ctx.status = "FINISHED"
+    except KeyboardInterrupt as e:
+        ctx.status, ctx.reason = "KILLED", f"interrupted ({'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'})"
+        interrupted = e
+        raise
+    except BaseException as e:
+        ctx.reason = f"failed: {type(e).__name__}: {e}"
+        failed = e
+        with contextlib.suppress(TrackingError):  # a broken tracker must not hide the real error
+            ctx.tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
+        raise
+    finally:
+        try:
+            _finish(ctx)
+        except TrackingError:
+            if failed is None and interrupted is None:
+                raise  # otherwise the run's own error (already propagating) is the one to report
+        if interrupted is not None:  # what the CLI tells the user
+            raise RunInterrupted(isinstance(interrupted, Terminated),
+                                 str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
+    met = target_met(ctx.cfg.stop, ctx.result)
+    if ctx.cfg.progress:
+        print("\n".join(Summary(ctx.reason, met, ctx.history, time.monotonic() - t0, ctx.out_dir,
+                                 ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
+                                 ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
+                                 ctx.tracker.experiment_id, ctx.writer_pid).lines()),
+              flush=True)
+    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history)
+
+
+@dataclass
+class _RunContext:
+    """What the three steps of a run share."""
+
+    cfg: RunConfig
+    launch: Path
+    out_dir: Path
+    config_dict: dict[str, Any]
+    tracker: Tracker
+    sweep: SweepJob | None
+    resumed: Checkpoint | None
+    progress: ProgressLine
+    trainer: Trainer | None = None
+    result: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations
+    metric_rows: list[MetricRow] = field(default_factory=list)  # every iteration of the run (resumes included)
+    checkpoint_written: bool = False
+    reason: str = "not started"
+    status: str = "FAILED"
+    checkpoint: Path = Path()
+    run_name: str | None = None
+    run_key: str = ""  # rlrun.run_key: names the MLflow run before it exists (see write_checkpoint)
+    used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
+    background_finish: bool = False
+    writer_pid: int | None = None  # the MLflow writer still finishing the run after run() returns
+
+
+def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
+    if isinstance(cfg, RunConfig):
+        load_plugins(cfg.plugins, search_dirs=[launch])
+        return cfg
+    load_plugins(list(cfg.get("plugins") or []), search_dirs=[launch])
+    return build_config(dict(cfg))
+
+
+def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None) -> _RunContext:
+    """Validate, write the resolved config, check a resume, start the MLflow run."""
+    cfg = _validated(raw_cfg, launch)
+    torch.set_num_threads(cfg.torch_threads)
+    if cfg.multiagent.policies:  # env API mistakes, agents no policy covers, spaces: one line, before anything starts
+        probe_multi_agent_env(cfg)
+    else:
+        spaces = probe_env_config(cfg.env)
+        check_model_fits(cfg.model, *spaces)
+        if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
+            check_evaluation_data(cfg, spaces[1])
+        if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards
+            check_input(cfg, *spaces)
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / ".rlrun-write-test").touch()
+        (out_dir / ".rlrun-write-test").unlink()
+    except OSError as e:
+        raise ConfigError(f"output_dir: cannot write to {out_dir}: {e.strerror or e}") from None
+    _check_store_dir(cfg)
+    config_dict = to_dict(cfg)
+    resumed, changes, resume_path = None, {}, None
+    if cfg.resume:  # resolved and checked before anything starts
+        uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
+        resume_path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from")
+        resumed = load_checkpoint(resume_path)
+        changes = check_resumable(resumed.config, config_dict, resume_path)
+        check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
+        remove_dead_writes(resume_path.parent)  # what a kill during the resumed run's last write left
+        try:
+            if said := finish_pending(resume_path):
+                print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
+        except TimeoutError as e:
+            raise TrackingError(f"resume={cfg.resume}: {e}") from None
+    resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
+    # the run's own name, in every checkpoint from the first on: a resumed run keeps it
+    run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)
+    check_output_dir_is_ours(out_dir, run_key, resume_run_id)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+    run_name = cfg.tracking.run_name or default_run_name(cfg)
+    tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
+                           resume_run_id, run_key if resumed else None)
+    tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
+            **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
+    if resumed:
+        tags["rlrun.resumed_from"] = str(resume_path)
+        tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
+    if sweep is not None:
+        tags.update(sweep.tags)
+    tracker.start(params_from_config(config_dict), tags)
+    if sweep is not None:
+        sweep.recorded = True
+    tracker.log_artifact(out_dir / "config.yaml")
+    progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
+    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
+                       checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [],
+                       run_name=run_name, run_key=run_key)
+
+
+def _replay_history(ctx: _RunContext) -> None:
+    """Resume: send the iterations the checkpoint covers that MLflow never got (the trainer was
+    killed before its writer sent them); steps MLflow holds are skipped by the tracker."""
+    ctx.tracker.wait_started()  # learn which env steps MLflow already holds
+    for metrics, step, ts in ctx.metric_rows:
+        ctx.tracker.log_metrics(metrics, step, ts)
+
+
+def _check_store_dir(cfg: RunConfig) -> None:
+    """A SQLite tracking store must be creatable where it is asked for, before anything starts."""
+    uri = cfg.tracking.tracking_uri
+    if cfg.tracking.backend != "mlflow" or not uri:
+        return
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+        return
+    if not uri.startswith("sqlite:///"):
+        return
+    parent = Path(uri[len("sqlite:///"):]).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"tracking.tracking_uri: cannot create the store's directory {parent}: "
+                          f"{e.strerror or e}") from None
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"tracking.tracking_uri: the store's directory {parent} is not writable")
+
+
+def _check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Something must listen at an MLflow server's address (MLflow itself retries for minutes)."""
+    import socket
+    from urllib.parse import urlparse
+
+    u = urlparse(uri)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname or "localhost", port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ConfigError(f"tracking.tracking_uri: no MLflow server answers at {uri} "
+                          f"({e.strerror or type(e).__name__})") from None
+
+
+def default_run_name(cfg: RunConfig) -> str:
+    """What the run is: ``<preset or algo-env>-s<seed>-<4 hex>`` (the suffix tells repeats apart)."""
+    what = cfg.experiment or f"{cfg.algo.name}-{cfg.env.label}"
+    return f"{what}-s{cfg.seed}-{secrets.token_hex(2)}"
+
+
+def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
+    sha = git_sha(launch)
+    return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.label,
+            "rlrun.experiment": cfg.experiment or DEFAULT_EXPERIMENT, "rlrun.seed": str(cfg.seed),
+            "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags(), **process_tags()}
+
+
+def _loop(ctx: _RunContext, trainer: Trainer) -> None:
+    """Iterate until a stop criterion is met: metrics to MLflow, progress, periodic checkpoints."""
+    cfg = ctx.cfg
+    while True:
+        ctx.result = trainer.train()
+        ctx.history.append(ctx.result)
+        row = (without_unused(clean_metrics(ctx.result), ctx.used_metrics), int(ctx.result["timesteps_total"]),
+               int(time.time() * 1000))
+        ctx.metric_rows.append(row)
+        ctx.tracker.check()
+        ctx.tracker.log_metrics(*row)
+        ctx.progress.update(ctx.result)
+        every = cfg.checkpoint.every_n_iters
+        if every and trainer.iteration % every == 0:
+            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
+                             ctx.run_key)
+        met = stop_reason(cfg.stop, ctx.result)
+        if met:
+            ctx.reason = met
+            return
+
+
+def _finish(ctx: _RunContext) -> None:
+    """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
+    ctx.progress.close(ctx.result or None)
+    trainer = ctx.trainer
+    try:
+        if trainer is not None and trainer.iteration > 0:
+            ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
+                                              ctx.metric_rows, ctx.run_key)
+            ctx.checkpoint_written = True
+            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
+                ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
+            _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
+    finally:
+        if trainer is not None:
+            trainer.stop(finished=ctx.status == "FINISHED")
+        if ctx.sweep is not None and ctx.sweep.log_file is not None:
+            ctx.tracker.log_artifact(ctx.sweep.log_file)
+        if ctx.background_finish and ctx.status == "FINISHED" and ctx.sweep is None:
+            ctx.writer_pid = ctx.tracker.end_in_background(ctx.status, ctx.out_dir / PENDING_FILE)
+        else:
+            ctx.tracker.end(ctx.status)
+
+
+def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
+    """Learning-curve artifact, a run description and target/stop tags for the MLflow run page."""
+    if not history:  # the first iteration failed after its update (e.g. in a callback's on_train_result)
+        return
+    key = "rollout/episode_return_mean"
+    points = [(h["timesteps_total"], h[key]) for h in history if key in h]
+    returns = [y for _, y in points if not math.isnan(y)]
+    met = target_met(cfg.stop, history[-1])
+    final = f"{returns[-1]:.1f}" if returns else "n/a"
+    best = f"{max(returns):.1f}" if returns else "n/a"
+    note = (f"**{cfg.experiment or 'default'}**: algo `{cfg.algo.name}` (loss `{cfg.loss.name}`) on `{cfg.env.label}`, "
+            f"seed {cfg.seed}. Final return {final}, best {best} after {int(history[-1]['timesteps_total']):,} env "
+            f"steps. Stopped: {reason}. Target met: {'yes' if met else 'no'}.")
+    evals = [(h["timesteps_total"], h["eval/episode_return_mean"]) for h in history if "eval/episode_return_mean" in h]
+    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.label}", evals)
+    tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
+
+
+def make_trainer_from(cfg: RunConfig, launch_dir: str | Path | None = None) -> Trainer:
+    """A Trainer for a validated config (plugins imported)."""
+    return Trainer(cfg, launch_dir)
+
+
+def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | None = None) -> Trainer:
+    """A ready Trainer for ``rlrun <overrides>`` without running it (notebooks, debugging)::
+
+        from rlrun import make_trainer
+        trainer = make_trainer(["+experiment=ppo_cartpole"])
+        print(trainer.workers.local_worker.sample())   # a SampleBatch summary
+    """
+    from rlrun.app.compose import compose
+
+    cfg = compose(list(overrides or []), str(launch_dir or os.getcwd()))
+    torch.set_num_threads(cfg.torch_threads)
+    return make_trainer_from(cfg, launch_dir)

@@ -1,0 +1,134 @@
+"""The multi-agent section of a config: checks that need no env, and each policy's own config.
+
+A leaf below ``config`` (which runs ``check_multi_agent_config`` with its other checks and uses the
+schemas here in ``RunConfig``); run configs are typed ``Any`` here so that this module does not
+import ``config``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from rlrun.config.typed import ConfigError, from_dict
+from rlrun.core.errors import suggest
+from rlrun.core.registry import ALGOS, ENVS, HEURISTICS, LOSSES, MODELS, POLICY_MAPPINGS, RegistryError
+
+PETTINGZOO = "pettingzoo:"
+
+
+@dataclass
+class PolicyConfig:
+    """One policy of a multi-agent run: learned (the run's algo/loss/model with these keys changed)
+    or a registered heuristic that is never trained."""
+
+    heuristic: str | None = None  # a registered non-learning policy (random, always_same, ...)
+    heuristic_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the heuristic's constructor
+    algo: dict[str, Any] = field(default_factory=dict)  # algo keys for this policy (lr, gamma, ...; same algorithm)
+    loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
+    model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
+
+
+@dataclass
+class MultiAgentConfig:
+    """Several policies, each acting for the agents mapped to it (empty ``policies``: single-agent)."""
+
+    policies: dict[str, PolicyConfig] = field(default_factory=dict)
+    # policy id -> agent id patterns (fnmatch: *, ?, [02]); patterns are tried in the order written
+    # (policy by policy) and the first match wins
+    policy_mapping: dict[str, list[str]] = field(default_factory=dict)
+    policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
+    policies_to_train: list[str] | None = None  # None: every learned policy
+    count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
+
+
+def is_multi_agent_env(env_id: str | None) -> bool:
+    if env_id is None:  # no env: declared spaces
+        return False
+    return env_id.startswith(PETTINGZOO) or (env_id in ENVS and bool(ENVS.entry(env_id).info.get("multi_agent")))
+
+
+def learned_policies(cfg: Any) -> list[str]:
+    return [pid for pid, p in cfg.multiagent.policies.items() if p.heuristic is None]
+
+
+def policies_to_train(cfg: Any) -> list[str]:
+    ma = cfg.multiagent
+    return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
+
+
+def policy_sections(cfg: Any, policy_id: str) -> Any:
+    """The run's config with this policy's algo/loss/model keys applied (checked like the top level)."""
+    p = cfg.multiagent.policies[policy_id]
+    where = f"multiagent.policies.{policy_id}"
+    out = cfg
+    for key, registry, section, changes in (("algo", ALGOS, cfg.algo, p.algo), ("loss", LOSSES, cfg.loss, p.loss),
+                                            ("model", MODELS, cfg.model, p.model)):
+        if not changes:
+            continue
+        if "name" in changes and changes["name"] != section.name:
+            raise ConfigError(f"{where}.{key}.name: a policy changes {key} keys, not the {key} itself "
+                              f"('{changes['name']}' vs the run's '{section.name}')")
+        cls = registry.entry(section.name).config_cls or type(section)
+        merged = from_dict(cls, {**asdict(section), **changes}, f"{where}.{key}")
+        out = replace(out, **{key: merged})
+    return out
+
+
+def check_multi_agent_config(cfg: Any) -> None:
+    """Checks that need no env: policy ids in the mapping, heuristics, policies_to_train, step counting."""
+    ma = cfg.multiagent
+    if not ma.policies:
+        for key, value in (("policy_mapping", ma.policy_mapping), ("policy_mapping_fn", ma.policy_mapping_fn),
+                           ("policies_to_train", ma.policies_to_train)):
+            if value:
+                raise ConfigError(f"multiagent.{key}: set, but multiagent.policies is empty (a single-agent run)")
+        if is_multi_agent_env(cfg.env.id):
+            raise ConfigError(f"env.id: '{cfg.env.id}' is a multi-agent env; declare multiagent.policies "
+                              "(and policy_mapping), e.g. +experiment=ppo_multi_cartpole")
+        return
+    ids = list(ma.policies)
+    if cfg.callbacks:  # the multi-agent worker has no per-agent episode objects yet
+        raise ConfigError(f"callbacks: {cfg.callbacks} are not supported in multi-agent runs yet "
+                          "(multiagent.policies is set); remove them or run single-agent")
+    if MODELS.entry(cfg.model.name).info.get("recurrent"):
+        raise ConfigError(f"model.name: recurrent models ('{cfg.model.name}') are not supported in multi-agent runs "
+                          "yet")
+    if cfg.env.wrappers:
+        raise ConfigError("env.wrappers: gymnasium wrappers apply to single-agent envs; wrap a multi-agent env "
+                          "in its own module (PettingZoo's SuperSuit wrappers) and register it")
+    if not is_multi_agent_env(cfg.env.id):
+        raise ConfigError(f"env.id: '{cfg.env.id}' is a single-agent env but multiagent.policies is set; use a "
+                          f"multi-agent env (registered with multi_agent=True, or pettingzoo:<module>)")
+    for pid, p in ma.policies.items():
+        if p.heuristic is not None:
+            try:
+                HEURISTICS.entry(p.heuristic, f"multiagent.policies.{pid}.heuristic")
+            except RegistryError as e:
+                raise ConfigError(str(e)) from None
+            if p.algo or p.loss or p.model:
+                raise ConfigError(f"multiagent.policies.{pid}: a heuristic policy has no algo/loss/model keys")
+        elif p.heuristic_kwargs:
+            raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
+        else:
+            policy_sections(cfg, pid)
+    for pid in ma.policies_to_train or []:
+        if pid not in ma.policies:
+            raise ConfigError(f"multiagent.policies_to_train: unknown policy '{pid}'; policies: {', '.join(ids)}")
+        if ma.policies[pid].heuristic is not None:
+            raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a heuristic "
+                              f"({ma.policies[pid].heuristic}) and cannot be trained")
+    for pid in ma.policy_mapping:
+        if pid not in ma.policies:
+            raise ConfigError(f"multiagent.policy_mapping.{pid}: unknown policy '{pid}'{suggest(pid, ids)}; "
+                              f"policies: {', '.join(ids)}")
+    if ma.policy_mapping and ma.policy_mapping_fn:
+        raise ConfigError("multiagent.policy_mapping_fn: set together with multiagent.policy_mapping; use one")
+    if ma.policy_mapping_fn is not None:
+        try:
+            POLICY_MAPPINGS.entry(ma.policy_mapping_fn, "multiagent.policy_mapping_fn")
+        except RegistryError as e:
+            raise ConfigError(str(e)) from None
+    if not ma.policy_mapping and ma.policy_mapping_fn is None and len(ids) > 1:
+        raise ConfigError(f"multiagent.policy_mapping: {len(ids)} policies ({', '.join(ids)}) but no mapping; "
+                          f"give each its agent id patterns, e.g. {{{ids[0]}: ['agent_[02]'], {ids[1]}: ['*']}}")

@@ -1,0 +1,71 @@
+"""Uniform experience replay: a numpy ring buffer of SampleBatch rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlrun.data.batch import SampleBatch
+
+
+class ReplayBuffer:
+    """Fixed-capacity FIFO of rows; columns are allocated on the first ``add``.
+
+    ``add`` writes rows at the cursor, wrapping around and overwriting the oldest; ``sample`` draws
+    rows uniformly with replacement.
+    """
+
+    def __init__(self, capacity: int, seed: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self.rng = np.random.default_rng(seed)
+        self._cols: dict[str, np.ndarray] = {}
+        self._cursor = 0
+        self._size = 0
+        self.num_added = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, batch: SampleBatch) -> None:
+        n = len(batch)
+        if n == 0:
+            return
+        if not self._cols:
+            self._cols = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype) for k, v in batch.items()}
+        elif batch.keys() != self._cols.keys():
+            raise ValueError(f"replay: batch columns {sorted(batch)} differ from the buffer's {sorted(self._cols)}")
+        if n > self.capacity:  # only the newest rows fit
+            batch = batch.slice(slice(n - self.capacity, n))
+            n = self.capacity
+        idx = (self._cursor + np.arange(n)) % self.capacity
+        for k, v in batch.items():
+            self._cols[k][idx] = v
+        self._cursor = int((self._cursor + n) % self.capacity)
+        self._size = min(self._size + n, self.capacity)
+        self.num_added += n
+
+    def sample(self, n: int) -> SampleBatch:
+        if self._size == 0:
+            raise ValueError("replay: cannot sample from an empty buffer")
+        idx = self.rng.integers(0, self._size, size=n)
+        out = SampleBatch()
+        for k, v in self._cols.items():
+            dict.__setitem__(out, k, v[idx])
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        return {"cols": {k: v[: self._size].copy() for k, v in self._cols.items()}, "cursor": self._cursor,
+                "size": self._size, "num_added": self.num_added}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_state`` (the rows come back in storage order)."""
+        cols = state["cols"]
+        self._cols = {}
+        self._cursor = self._size = 0
+        if cols:
+            self.add(SampleBatch(cols))
+        self._cursor = int(state["cursor"]) % self.capacity
+        self.num_added = int(state["num_added"])

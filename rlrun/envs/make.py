@@ -1,0 +1,247 @@
+"""Environment creation: registered env names or any gymnasium id, always as a vector env.
+
+An ENVS entry is a callable ``(num_envs: int, **kwargs) -> gymnasium.vector.VectorEnv`` (or a plain
+``(**kwargs) -> gymnasium.Env`` registered with ``vector=False``, which rlrun wraps in a
+SyncVectorEnv). Vector envs must use gymnasium's default next-step autoreset; see workers.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlrun.core.errors import PluginError, one_line
+from rlrun.core.registry import ENVS, RegistryError, suggest
+from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
+
+# gymnasium ids that another package registers when imported (the package is imported on first use)
+ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+
+def _import_env_package(env_id: str) -> None:
+    """``module:EnvId`` (gymnasium's own syntax) or a known prefix: import the package that registers it."""
+    module = env_id.split(":", 1)[0] if ":" in env_id else \
+        next((m for prefix, m in ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+    if module is None or env_id.startswith("pettingzoo:"):
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise RegistryError(f"env.id: '{env_id}' needs the {module} package, which cannot be imported ({e}); "
+                            f"pip install {module}") from None
+
+
+def declared_spaces(env: Any) -> tuple[gym.Space, gym.Space] | None:
+    """``env.observation_space`` and ``env.action_space`` as declared in the config (both or neither;
+    ``check_env_config`` has checked them), or None when the env's own spaces are used."""
+    from rlrun.data.spaces import space_from_config
+
+    if env.observation_space is None or env.action_space is None:
+        return None
+    return (space_from_config(env.observation_space, "env.observation_space"),
+            space_from_config(env.action_space, "env.action_space"))
+
+
+def env_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
+    """The (single) observation and action spaces of ``env`` (an EnvConfig): the declared ones, or
+    those of one env copy built for the purpose."""
+    declared = declared_spaces(env)
+    if declared is not None:
+        return declared
+    vec = env_from_config(env, 1)
+    try:
+        return vec.single_observation_space, vec.single_action_space
+    finally:
+        vec.close()
+
+
+def check_env_config(cfg: Any) -> None:
+    """Declared spaces parse, come in pairs, and a run without an env (``env.id: null``) asks nothing
+    of one: no sampling, no online evaluation, no multi-agent env. Raises ``ConfigError``."""
+    from rlrun.config.offline import SAMPLER, parse_input
+    from rlrun.config.typed import ConfigError
+    from rlrun.data.spaces import space_from_config
+
+    e = cfg.env
+    for key, data in (("env.observation_space", e.observation_space), ("env.action_space", e.action_space)):
+        try:
+            if data is not None:
+                space_from_config(data, key)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if (e.observation_space is None) != (e.action_space is None):
+        missing = "env.action_space" if e.action_space is None else "env.observation_space"
+        raise ConfigError(f"{missing}: missing; declare both spaces or neither")
+    if e.id is not None:
+        return
+    sampled = any(s == SAMPLER for s, _ in parse_input(cfg.input)) and cfg.rollout.server is None
+    needs = [
+        (e.observation_space is None, "env.id: null (no env) needs declared spaces: env.observation_space="
+                                      "{type: Box, shape: [4]} env.action_space={type: Discrete, n: 2}"),
+        (sampled, f"input: {cfg.input!r} samples from the env and env.id is null; give input=<dir of Parquet "
+                  "files> (or rollout=server)"),
+        (cfg.rollout.num_workers > 0 and cfg.rollout.server is None,
+         f"rollout.num_workers: {cfg.rollout.num_workers} rollout workers and env.id is null: nothing to "
+         "sample; set 0"),
+        (cfg.evaluation.interval > 0, f"evaluation.interval: {cfg.evaluation.interval}: evaluation runs on the "
+                                      "env and env.id is null; set evaluation.interval=0"),
+        (bool(cfg.multiagent.policies), "multiagent: a multi-agent run needs its env (env.id is null)"),
+        (bool(e.wrappers), f"env.wrappers: {e.wrappers!r} wrap an env and env.id is null"),
+    ]
+    for bad, message in needs:
+        if bad:
+            raise ConfigError(message)
+
+
+def check_env_id(env_id: str) -> None:
+    """Fail with known names if ``env_id`` is neither registered with rlrun nor with gymnasium."""
+    if env_id in ENVS or env_id.startswith("pettingzoo:"):
+        return
+    _import_env_package(env_id)
+    if env_id in gym.registry or (":" in env_id and env_id.split(":", 1)[1] in gym.registry):
+        return
+    gym_ids = sorted(gym.registry)
+    known = ENVS.names() + gym_ids
+    raise RegistryError(
+        f"env.id: unknown env '{env_id}'{suggest(env_id, known)}. rlrun envs: "
+        f"{', '.join(ENVS.names()) or '(none)'}; gymnasium ids include {', '.join(gym_ids[:12])}, ... "
+        "(a plugin module may register more: `plugins: [my_envs]`)"
+    )
+
+
+def env_from_config(env: Any, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the configured env (an ``EnvConfig``: id, kwargs, vectorisation, wrappers)."""
+    return make_vector_env(env.id, num_envs, env.kwargs, env.vectorize, env.wrappers)
+
+
+def make_vector_env(
+    env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None, vectorize: str = "auto",
+    wrappers: Sequence[Any] = (),
+) -> gym.vector.VectorEnv:
+    """Build ``num_envs`` copies of ``env_id`` stepped as one vector env, wrapped by ``wrappers``
+    (``env.wrappers`` entries, see rlrun/envs/wrappers.py).
+
+    ``vectorize='auto'`` uses the env's own numpy-vectorised implementation when gymnasium has one
+    (CartPole-v1: ~10x faster than stepping Python envs in a loop) and a SyncVectorEnv otherwise;
+    with wrappers, only when every one of them has a vector form. ``'envpool'``: EnvPool's C++ pool
+    (rlrun/envs/envpool.py, optional package).
+    """
+    kwargs = dict(kwargs or {})
+    check_env_id(env_id)
+    specs = parse_wrappers(wrappers)
+    vector_ok = all_vectorised(specs)
+    if env_id in ENVS:
+        entry = ENVS.entry(env_id)
+        try:
+            if entry.info.get("vector", True):
+                if not vector_ok:
+                    raise RegistryError(f"{_single_only(specs)} has no vector form, and rlrun env '{env_id}' is a "
+                                        "vector env; use wrappers that have one (mask_observation, clip_reward, "
+                                        "flatten_observation) or register the env with vector=False")
+                return wrap_vector_env(entry.obj(num_envs, **kwargs), specs)
+            creator = entry.obj
+            return gym.vector.SyncVectorEnv([lambda: wrap_env(creator(**kwargs), specs) for _ in range(num_envs)])
+        except TypeError as e:
+            raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+    env_id = env_id.split(":", 1)[1] if ":" in env_id else env_id  # module:EnvId, its module imported above
+    if vectorize == "envpool":
+        from rlrun.envs.envpool import EnvPoolVectorEnv
+
+        if not vector_ok:
+            raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=envpool every wrapper "
+                                "needs one (use env.vectorize=auto or sync)")
+        return wrap_vector_env(EnvPoolVectorEnv(env_id, num_envs, kwargs), specs)
+    spec = gym.spec(env_id)
+    mode = vectorize
+    if mode == "auto":
+        mode = "vector_entry_point" if spec.vector_entry_point is not None and vector_ok else "sync"
+    elif mode == "vector_entry_point" and not vector_ok:
+        raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=vector_entry_point every "
+                            "wrapper needs one (use env.vectorize=auto or sync)")
+    try:
+        if mode == "vector_entry_point":
+            return wrap_vector_env(gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs), specs)
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, wrappers=single_env_wrappers(specs),
+                            **kwargs)
+    except TypeError as e:
+        raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+
+
+def _single_only(specs: Sequence[Any]) -> str:
+    s = next(s for s in specs if not all_vectorised([s]))
+    return f"{s.key}: wrapper '{s.name}'"
+
+
+def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str = "auto", steps: int = 3,
+              wrappers: Sequence[Any] = ()) -> tuple[gym.Space, gym.Space]:
+    """Build one copy of the env, reset it and take a few random steps, checking the gymnasium API
+    (5-tuple steps, observations of the declared shape, one scalar reward per sub-env) before any
+    training starts. Raises ``PluginError`` naming the env and what is wrong. Returns the (single)
+    observation and action spaces."""
+    try:
+        env = make_vector_env(env_id, 1, kwargs, vectorize, wrappers)
+    except RegistryError:
+        raise
+    except Exception as e:
+        what = "env.wrappers" if wrappers else "env.id"
+        raise PluginError(f"{what}: creating {env_id} with {kwargs or {}}{' and its wrappers' if wrappers else ''} "
+                          f"failed: {one_line(e)}") from None
+    try:
+        _probe(env, f"{env_id} (env.kwargs {kwargs})" if kwargs else env_id, steps)
+        obs_space = env.single_observation_space
+        if not isinstance(obs_space, gym.spaces.Box | gym.spaces.Discrete):
+            raise PluginError(f"env.id: {env_id} has a {type(obs_space).__name__} observation space; rlrun's models "
+                              "take Box or Discrete observations: add a wrapper (env.wrappers: [flatten_observation], "
+                              "or [minigrid_image] for MiniGrid)")
+        return obs_space, env.single_action_space
+    finally:
+        env.close()
+
+
+def probe_env_config(env: Any) -> tuple[gym.Space, gym.Space]:
+    """``probe_env`` for an EnvConfig, whose declared spaces (if any) must be the env's; with
+    ``env.id: null`` the declared spaces themselves."""
+    from rlrun.data.spaces import same_space
+
+    declared = declared_spaces(env)
+    if env.id is None:
+        assert declared is not None
+        return declared
+    spaces = probe_env(env.id, env.kwargs, env.vectorize, wrappers=env.wrappers)
+    for key, ours, theirs in zip(("env.observation_space", "env.action_space"), declared or (), spaces, strict=False):
+        if not same_space(ours, theirs):
+            raise PluginError(f"{key}: declared {ours} but {env.id} has {theirs}")
+    return spaces
+
+
+def _probe(env: gym.vector.VectorEnv, env_id: str, steps: int) -> None:
+    shape = env.single_observation_space.shape
+    try:
+        out = env.reset(seed=0)
+        _check_obs(out[0], shape, env_id, "reset()")
+        for _ in range(steps):
+            res = env.step(env.action_space.sample())
+            if len(res) != 5:
+                raise PluginError(f"env.id: {env_id}.step() returned {len(res)} values, gymnasium's API has 5 "
+                                  "(obs, reward, terminated, truncated, info); an old gym env?")
+            _check_obs(res[0], shape, env_id, "step()")
+            if np.shape(res[1]) != (1,):
+                raise PluginError(f"env.id: {env_id}.step() returned a reward of shape {np.shape(res[1])[1:]}, "
+                                  "expected one number per step")
+    except PluginError:
+        raise
+    except Exception as e:  # the vector wrapper failing on the env's output: same root causes
+        raise PluginError(f"env.id: {env_id} does not follow gymnasium's reset/step API: {one_line(e)}") from None
+
+
+def _check_obs(obs: Any, shape: tuple[int, ...] | None, env_id: str, where: str) -> None:
+    got = np.shape(obs)[1:]
+    if shape is not None and got != tuple(shape):
+        raise PluginError(f"env.id: {env_id}.{where} returned observations of shape {got}, its observation_space "
+                          f"says {tuple(shape)}")
+
+

@@ -1,0 +1,177 @@
+"""Env wrappers from YAML: ``env.wrappers: [name, {name: frame_stack, stack_size: 4}, ...]``.
+
+A WRAPPERS entry is a callable ``(env: gymnasium.Env, **kwargs) -> gymnasium.Env`` (a wrapper class
+is one) applied to each sub-env, in the order listed, in training, evaluation and ``rlrun-eval``
+alike. An entry may also register ``vector=(vector_env, **kwargs) -> VectorEnv``: when every listed
+wrapper has one, the wrappers are applied to the whole vector env, so a numpy-vectorised env
+(CartPole-v1) keeps its speed; otherwise the sub-envs are built one by one and wrapped each.
+User code registers more: ``WRAPPERS.register("my_wrapper")`` in a ``plugins:`` module.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import vector as vw
+
+from rlrun.core.registry import WRAPPERS, RegistryError
+
+
+class WrapperSpec(NamedTuple):
+    name: str
+    kwargs: dict[str, Any]
+    key: str  # where it was written: env.wrappers[2]
+
+
+def parse_wrappers(items: Sequence[Any]) -> list[WrapperSpec]:
+    """``env.wrappers`` entries (a name, or a mapping with ``name`` and the wrapper's arguments) ->
+    specs with known names and arguments the wrapper accepts; ``RegistryError`` names the entry."""
+    out = []
+    for i, item in enumerate(items):
+        key = f"env.wrappers[{i}]"
+        if isinstance(item, str):
+            name, kwargs = item, {}
+        elif isinstance(item, dict) and isinstance(item.get("name"), str):
+            name, kwargs = item["name"], {k: v for k, v in item.items() if k != "name"}
+        else:
+            raise RegistryError(f"{key}: expected a wrapper name or {{name: <wrapper>, <argument>: <value>, ...}}, "
+                                f"got {item!r}")
+        entry = WRAPPERS.entry(name, f"{key}.name")
+        _check_arguments(entry.obj, kwargs, f"{key} ({name})")
+        out.append(WrapperSpec(name, kwargs, key))
+    return out
+
+
+def _check_arguments(fn: Callable[..., Any], kwargs: dict[str, Any], where: str) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the env probe will tell
+        return
+    params = list(sig.parameters.values())[1:]  # the first is the env
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for k in kwargs:
+        if k not in names:
+            raise RegistryError(f"{where}: unknown argument '{k}'; it takes {', '.join(names) or 'no arguments'}")
+    missing = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and p.name not in kwargs]
+    if missing:
+        raise RegistryError(f"{where}: missing argument {', '.join(missing)}")
+
+
+def all_vectorised(specs: Sequence[WrapperSpec]) -> bool:
+    return all(WRAPPERS.entry(s.name).info.get("vector") is not None for s in specs)
+
+
+def wrap_env(env: gym.Env, specs: Sequence[WrapperSpec]) -> gym.Env:
+    for s in specs:
+        env = WRAPPERS.get(s.name)(env, **s.kwargs)
+    return env
+
+
+def wrap_vector_env(env: gym.vector.VectorEnv, specs: Sequence[WrapperSpec]) -> gym.vector.VectorEnv:
+    for s in specs:
+        env = WRAPPERS.entry(s.name).info["vector"](env, **s.kwargs)
+    return env
+
+
+def single_env_wrappers(specs: Sequence[WrapperSpec]) -> list[Any]:
+    """The specs as gymnasium's ``make_vec(..., wrappers=[...])`` wants them: ``env -> wrapped env``."""
+    return [functools.partial(WRAPPERS.get(s.name), **s.kwargs) for s in specs]
+
+
+# --------------------------------------------------------------------------- built-ins
+def _masked_box(space: gym.Space, keep: list[int]) -> gym.spaces.Box:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ValueError(f"mask_observation needs a 1-D Box observation space, got {space}")
+    bad = [k for k in keep if not -space.shape[0] <= k < space.shape[0]]
+    if bad or not keep:
+        raise ValueError(f"keep={keep}: indices must be within the {space.shape[0]} observation entries")
+    return gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+
+
+def mask_observation(env: gym.Env, keep: list[int]) -> gym.Env:
+    """Keep only observation entries ``keep`` (e.g. CartPole without velocities: ``keep: [0, 2]``)."""
+    idx = list(keep)
+    return gym.wrappers.TransformObservation(env, lambda o: o[idx], _masked_box(env.observation_space, idx))
+
+
+def mask_observation_vector(env: gym.vector.VectorEnv, keep: list[int]) -> gym.vector.VectorEnv:
+    idx = list(keep)
+    single = _masked_box(env.single_observation_space, idx)
+    batch = gym.vector.utils.batch_space(single, env.num_envs)
+    return vw.TransformObservation(env, lambda o: o[:, idx], observation_space=batch, single_observation_space=single)
+
+
+def resize_observation(env: gym.Env, shape: list[int]) -> gym.Env:
+    """Resize image observations ``[H, W(, C)]`` to ``shape`` = [height, width] (bilinear; Pillow,
+    so no OpenCV is needed, unlike gymnasium's ResizeObservation)."""
+    from PIL import Image
+
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (2, 3) or len(shape) != 2:
+        raise ValueError(f"resize_observation needs image observations [H, W(, C)] and shape=[height, width]; "
+                         f"got {space} and shape={shape}")
+    h, w = int(shape[0]), int(shape[1])
+    new_shape = (h, w, *space.shape[2:])
+    new_space = gym.spaces.Box(0, 255, new_shape, np.uint8) if space.dtype == np.uint8 else \
+        gym.spaces.Box(-np.inf, np.inf, new_shape, np.float32)
+
+    bilinear = Image.Resampling.BILINEAR
+
+    def resize(o: np.ndarray) -> np.ndarray:
+        if o.dtype == np.uint8:
+            return np.asarray(Image.fromarray(o).resize((w, h), bilinear))
+        chans = o[..., None] if o.ndim == 2 else o
+        out = np.stack([np.asarray(Image.fromarray(chans[..., c].astype(np.float32)).resize((w, h), bilinear))
+                        for c in range(chans.shape[-1])], axis=-1)
+        return out[..., 0] if o.ndim == 2 else out
+
+    return gym.wrappers.TransformObservation(env, resize, new_space)
+
+
+def minigrid_image(env: gym.Env) -> gym.Env:
+    """MiniGrid's image-only observation (``minigrid.wrappers.ImgObsWrapper``): the agent's 7x7x3 view."""
+    try:
+        from minigrid.wrappers import ImgObsWrapper
+    except ImportError:
+        raise RegistryError("env.wrappers: minigrid_image needs the minigrid package (pip install minigrid)") from None
+    return ImgObsWrapper(env)
+
+
+def frame_stack(env: gym.Env, stack_size: int = 4) -> gym.Env:
+    """The last ``stack_size`` observations, stacked on a new first axis (gymnasium's FrameStackObservation)."""
+    return gym.wrappers.FrameStackObservation(env, int(stack_size))
+
+
+def time_limit(env: gym.Env, max_episode_steps: int) -> gym.Env:
+    """Truncate episodes after ``max_episode_steps`` steps."""
+    return gym.wrappers.TimeLimit(env, int(max_episode_steps))
+
+
+def clip_reward(env: gym.Env, min_reward: float | None = None, max_reward: float | None = None) -> gym.Env:
+    return gym.wrappers.ClipReward(env, min_reward, max_reward)
+
+
+def clip_reward_vector(env: gym.vector.VectorEnv, min_reward: float | None = None,
+                       max_reward: float | None = None) -> gym.vector.VectorEnv:
+    return vw.ClipReward(env, min_reward, max_reward)
+
+
+def flatten_observation(env: gym.Env) -> gym.Env:
+    return gym.wrappers.FlattenObservation(env)
+
+
+WRAPPERS.add("mask_observation", mask_observation, vector=mask_observation_vector)
+WRAPPERS.add("clip_reward", clip_reward, vector=clip_reward_vector)
+WRAPPERS.add("flatten_observation", flatten_observation, vector=vw.FlattenObservation)
+WRAPPERS.add("frame_stack", frame_stack)
+WRAPPERS.add("time_limit", time_limit)
+WRAPPERS.add("resize_observation", resize_observation)
+WRAPPERS.add("minigrid_image", minigrid_image)

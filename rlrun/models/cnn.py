@@ -1,0 +1,132 @@
+"""``model: cnn``: convolutions over image observations, then an MLP head (policy and value).
+
+``conv_filters`` is RLlib's ``[[out_channels, kernel, stride], ...]`` with no padding. Image layouts:
+``[H, W, C]`` (gymnasium, MiniGrid, Atari after resizing) or ``[C, H, W]`` (``channel_order: auto``
+picks by which end of the shape is smaller), ``[H, W]`` (one channel), and frame stacks
+``[S, H, W, C]`` (the ``frame_stack`` wrapper), whose S frames become S x C channels. uint8
+observations are scaled to [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rlrun.config.typed import ConfigError
+from rlrun.core.registry import MODELS
+from rlrun.models.base import ACTIVATIONS, ModelConfig, ModelOutput, _init, _mlp
+
+
+@dataclass
+class CNNConfig(ModelConfig):
+    name: str = "cnn"
+    # [[out_channels, kernel, stride], ...], no padding; the default suits small images (MiniGrid's 7x7)
+    conv_filters: list[list[int]] = field(default_factory=lambda: [[16, 2, 1], [32, 2, 1], [64, 2, 1]])
+    conv_activation: str = "relu"
+    hiddens: list[int] = field(default_factory=lambda: [64])  # MLP after the flattened convolutions
+    activation: str = "relu"
+    vf_share_layers: bool = True  # one convolutional torso for policy and value (False: two)
+    channel_order: Literal["auto", "hwc", "chw"] = "auto"
+    action_dist: str | None = None  # None: categorical for Discrete, diag_gaussian for Box
+    free_log_std: bool = True  # Gaussian policies: a state-independent learned log-std
+    init_log_std: float = 0.0
+
+
+def check_cnn_config(c: CNNConfig) -> str | None:
+    """What is wrong with a CNN config before anything runs (``key: message`` below ``model``)."""
+    for key in ("conv_activation", "activation"):
+        if getattr(c, key) not in ACTIVATIONS:
+            return f"{key}: unknown '{getattr(c, key)}'; known: {', '.join(ACTIVATIONS)}"
+    if not c.conv_filters:
+        return "conv_filters: empty; give at least one [out_channels, kernel, stride]"
+    for i, f in enumerate(c.conv_filters):
+        if len(f) != 3 or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in f):
+            return f"conv_filters[{i}]: expected [out_channels, kernel, stride] of positive integers, got {f}"
+    return None
+
+
+def image_layout(shape: tuple[int, ...], order: str) -> tuple[int, int, int, str]:
+    """(channels, height, width, how to bring an observation to [C, H, W]) for an observation shape."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], "hw"
+    if len(shape) == 4:  # frame stack of [H, W, C] images
+        return shape[0] * shape[3], shape[1], shape[2], "shwc"
+    if len(shape) != 3:
+        raise ConfigError(f"model.name: cnn needs image observations ([H, W], [H, W, C], [C, H, W] or a frame stack), "
+                          f"got shape {shape}; use model=mlp")
+    if order == "auto":
+        order = "hwc" if shape[-1] < shape[0] else "chw"
+    return (shape[2], shape[0], shape[1], "hwc") if order == "hwc" else (shape[0], shape[1], shape[2], "chw")
+
+
+def conv_output_hw(h: int, w: int, filters: list[list[int]]) -> tuple[int, int]:
+    """The image size after ``filters`` (no padding); ConfigError when a layer shrinks it below 1x1."""
+    for i, (_, k, s) in enumerate(filters):
+        nh, nw = (h - k) // s + 1, (w - k) // s + 1
+        if nh < 1 or nw < 1:
+            raise ConfigError(f"model.conv_filters: {filters} shrink the {h}x{w} image below 1x1 at layer {i} "
+                              f"(kernel {k}, stride {s}); use smaller kernels or strides, fewer layers, or the "
+                              "resize_observation wrapper")
+        h, w = nh, nw
+    return h, w
+
+
+def _conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for out, k, s in c.conv_filters:
+        conv = nn.Conv2d(channels, out, k, s)
+        nn.init.orthogonal_(conv.weight, np.sqrt(2))
+        nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
+        layers += [conv, ACTIVATIONS[c.conv_activation]()]
+        channels = out
+    return nn.Sequential(*layers, nn.Flatten())
+
+
+@MODELS.register("cnn", config=CNNConfig, validate=check_cnn_config)
+class CNNModel(nn.Module):
+    """Convolutional actor-critic for image observations."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: CNNConfig) -> None:
+        super().__init__()
+        shape = tuple(obs_space.shape or ())
+        channels, h, w, self.layout = image_layout(shape, config.channel_order)
+        oh, ow = conv_output_hw(h, w, config.conv_filters)
+        flat = config.conv_filters[-1][0] * oh * ow
+        act = ACTIVATIONS[config.activation]
+        sizes = [flat, *config.hiddens]
+        self.torso = nn.Sequential(_conv_torso(config, channels), _mlp(sizes, act))
+        self.vf_torso = None if config.vf_share_layers else nn.Sequential(_conv_torso(config, channels),
+                                                                           _mlp(sizes, act))
+        self.free_log_std = config.free_log_std and isinstance(action_space, gym.spaces.Box)
+        head_out = num_outputs // 2 if self.free_log_std else num_outputs
+        self.pi_head = _init(nn.Linear(sizes[-1], head_out), 0.01)
+        self.vf_head = _init(nn.Linear(sizes[-1], 1), 1.0)
+        if self.free_log_std:
+            self.log_std = nn.Parameter(torch.full((head_out,), float(config.init_log_std)))
+
+    def images(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations -> float ``[B, C, H, W]`` (uint8 scaled to [0, 1])."""
+        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        if self.layout == "hw":
+            return x.unsqueeze(1)
+        if self.layout == "hwc":
+            return x.permute(0, 3, 1, 2)
+        if self.layout == "shwc":
+            b, s, h, w, c = x.shape
+            return x.permute(0, 1, 4, 2, 3).reshape(b, s * c, h, w)
+        return x
+
+    def forward(self, obs: torch.Tensor) -> ModelOutput:
+        x = self.images(obs)
+        h = self.torso(x)
+        logits = F.linear(h, self.pi_head.weight, self.pi_head.bias)
+        if self.free_log_std:
+            logits = torch.cat([logits, self.log_std.expand_as(logits)], dim=-1)
+        hv = h if self.vf_torso is None else self.vf_torso(x)
+        return ModelOutput(logits, self.vf_head(hv).squeeze(-1))

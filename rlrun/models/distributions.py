@@ -1,0 +1,132 @@
+"""Action distributions: thin, validation-free wrappers over a model's output tensor.
+
+A distribution class knows how many model outputs it needs for an action space
+(``required_inputs``) and is built per forward pass from those outputs (``dist_inputs``).
+We avoid ``torch.distributions`` in the hot path: its argument checks cost more than the math here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rlrun.core.registry import DISTRIBUTIONS
+
+
+class ActionDistribution:
+    """Interface. ``inputs``: ``[B, required_inputs(space)]`` tensor from the model."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        self.inputs = inputs
+
+    @staticmethod
+    def required_inputs(action_space: gym.Space) -> int:
+        raise NotImplementedError
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def deterministic_sample(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def entropy(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@DISTRIBUTIONS.register("categorical")
+class Categorical(ActionDistribution):
+    """Categorical over ``n`` discrete actions; inputs are unnormalised logits ``[B, n]``."""
+
+    name = "categorical"
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        super().__init__(inputs)
+        self.log_probs = F.log_softmax(inputs, dim=-1)
+
+    @staticmethod
+    def required_inputs(action_space: gym.Space) -> int:
+        assert isinstance(action_space, gym.spaces.Discrete)
+        return int(action_space.n)
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        # Gumbel-max: argmax(logits + Gumbel noise) is an exact sample, one kernel, no CPU sync.
+        u = torch.rand(self.log_probs.shape, generator=generator).clamp_(1e-20, 1.0)
+        return torch.argmax(self.log_probs - torch.log(-torch.log(u)), dim=-1)
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.argmax(self.log_probs, dim=-1)
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.log_probs.exp() * self.log_probs).sum(-1)
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, Categorical)
+        return (self.log_probs.exp() * (self.log_probs - other.log_probs)).sum(-1)
+
+
+@DISTRIBUTIONS.register("diag_gaussian")
+class DiagGaussian(ActionDistribution):
+    """Diagonal Gaussian; inputs are ``[B, 2 * action_dim]`` = means, then log standard deviations."""
+
+    name = "diag_gaussian"
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        super().__init__(inputs)
+        self.mean, self.log_std = torch.chunk(inputs, 2, dim=-1)
+        self.std = self.log_std.exp()
+
+    @staticmethod
+    def required_inputs(action_space: gym.Space) -> int:
+        assert isinstance(action_space, gym.spaces.Box)
+        return 2 * int(np.prod(action_space.shape))
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        noise = torch.randn(self.mean.shape, generator=generator)
+        return self.mean + self.std * noise
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.mean
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - self.mean) / self.std
+        return (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    def kl(self, other: ActionDistribution) -> torch.Tensor:
+        assert isinstance(other, DiagGaussian)
+        return (
+            other.log_std
+            - self.log_std
+            + (self.std.pow(2) + (self.mean - other.mean).pow(2)) / (2.0 * other.std.pow(2))
+            - 0.5
+        ).sum(-1)
+
+
+def default_distribution(action_space: gym.Space) -> str:
+    """The registry name of the distribution rlrun uses for ``action_space`` by default."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return "categorical"
+    if isinstance(action_space, gym.spaces.Box):
+        return "diag_gaussian"
+    raise ValueError(
+        f"no default action distribution for action space {action_space}; "
+        f"register one and set model.action_dist (known: {', '.join(DISTRIBUTIONS.names())})"
+    )

@@ -1,0 +1,378 @@
+"""Policy: how an agent acts and learns = model + action distribution + loss + learner state.
+
+A Policy is built from its algorithm's hooks (``rlrun.algos.algorithm.Algorithm``: postprocess, action
+hook, learner-state factory), a loss function and a ``PolicySpec`` (spaces + typed configs); no
+classes are generated at run time. A loss is ``loss_fn(policy, model, dist_class, train_batch) ->
+LossOutput`` where ``train_batch`` maps column names to torch tensors (one minibatch); it reads typed
+settings with ``policy.config_as(PPOConfig)``, ``policy.loss_config_as(...)`` and
+``policy.state_as(KLState)``. The optimizer step lives in one place: ``apply_gradients``.
+
+Every worker and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs have one
+policy, ``default_policy``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
+from rlrun.core.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
+from rlrun.core.registry import DISTRIBUTIONS, MODELS
+from rlrun.data.batch import SampleBatch
+from rlrun.data.postprocessing import explained_variance, piecewise
+from rlrun.envs.filters import NoFilter, make_filter
+from rlrun.models.check import check_model_output
+from rlrun.models.distributions import ActionDistribution, default_distribution
+from rlrun.models.numpy_actor import NumpyActor
+from rlrun.models.sequences import SEQ_ROWS, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
+from rlrun.policy.optim import Optimizer, make_optimizer, set_lr
+
+DEFAULT_POLICY_ID = "default_policy"
+TorchBatch = dict[str, torch.Tensor]
+# Batches that come through Ray's object store are read-only numpy views; learning only reads them.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+
+class LossOutput(NamedTuple):
+    """A loss's result: the scalar to minimise, its named terms (logged as ``train/loss/<name>``) and
+    extra statistics (logged as ``train/<name>``)."""
+
+    total: torch.Tensor
+    terms: Mapping[str, torch.Tensor | float] = {}
+    stats: Mapping[str, torch.Tensor | float] = {}
+
+
+class ActionOutput(NamedTuple):
+    actions: np.ndarray  # [B, *action_shape], unclipped samples (what logp refers to)
+    logp: np.ndarray  # [B] float32
+    values: np.ndarray  # [B] float32
+    dist_inputs: np.ndarray  # [B, num_outputs] float32
+    state_out: list[np.ndarray] | None = None  # recurrent models: the state after this step, per tensor [B, ...]
+
+
+LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], LossOutput]
+# (policy, time-major fragment [T, B], last_values [B]) -> fragment with extra columns
+PostprocessFn = Callable[["Policy", SampleBatch, np.ndarray], SampleBatch]
+# (policy, obs [B, ...], explore) -> actions; replaces sampling from the action distribution
+ActionFn = Callable[["Policy", np.ndarray, bool], ActionOutput]
+C = TypeVar("C")
+
+
+class LearnerState(Protocol):
+    """An algorithm's per-policy learning state (a KL coefficient, a target network, a replay
+    buffer). The policy owns it; the algorithm's hooks update it; checkpoints store ``get_state``."""
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]: ...
+
+    def set_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+class NoState:
+    """The learner state of algorithms that keep none (PG, A2C)."""
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        return {}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+StateFn = Callable[["Policy"], LearnerState]
+
+
+def no_state(policy: Policy) -> LearnerState:
+    return NoState()
+
+
+class PolicyHooks(Protocol):
+    """What a Policy takes from its algorithm (``rlrun.algos.algorithm.Algorithm`` has these fields)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def postprocess(self) -> PostprocessFn | None: ...
+    @property
+    def compute_actions(self) -> ActionFn | None: ...
+    @property
+    def make_state(self) -> StateFn: ...
+    @property
+    def needs_next_obs(self) -> bool: ...
+
+
+@dataclass
+class PolicySpec:
+    """Everything needed to build a Policy anywhere (in-process or in a remote worker): plain data."""
+
+    obs_space: gym.Space
+    action_space: gym.Space
+    algo: AlgoConfig
+    loss: LossConfig
+    model: ModelConfig
+    seed: int = 0
+    observation_filter: str = "none"  # rollout.observation_filter: none | mean_std
+    observation_filter_clip: float = 10.0
+
+
+class Policy:
+    """A torch policy: one model, one action distribution class, one loss, one optimizer."""
+
+    def __init__(self, spec: PolicySpec, hooks: PolicyHooks, loss_fn: LossFn,
+                 policy_id: str = DEFAULT_POLICY_ID) -> None:
+        self.spec = spec
+        self.policy_id = policy_id
+        self.hooks = hooks
+        self.loss_fn = loss_fn
+        self.observation_space = spec.obs_space
+        self.action_space = spec.action_space
+        self.config = spec.algo
+        self.loss_config = spec.loss
+        dist_name = getattr(spec.model, "action_dist", None) or default_distribution(spec.action_space)
+        self.dist_class: type[ActionDistribution] = DISTRIBUTIONS.get(dist_name, "model.action_dist")
+        num_outputs = self.dist_class.required_inputs(spec.action_space)
+        torch.manual_seed(spec.seed)
+        self.model: nn.Module = MODELS.get(spec.model.name)(
+            spec.obs_space, spec.action_space, num_outputs, spec.model
+        )
+        check_model_output(self.model, spec.obs_space, spec.model.name, num_outputs)
+        self.recurrent = bool(getattr(self.model, "is_recurrent", False))
+        self._rnn: Any = self.model  # a recurrent model's extra methods (rlrun/models/lstm.py), untyped for nn.Module
+        if self.recurrent and not getattr(hooks, "recurrent", True):
+            raise PluginError(f"model.name: '{spec.model.name}' is a recurrent model, and algo '{hooks.name}' cannot "
+                              "carry its state")
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = spec.algo.optimizer
+        self.optimizer: Optimizer = make_optimizer(opt.name, self._params, spec.algo.lr, spec.algo.adam_eps, opt.kwargs)
+        self.generator = torch.Generator().manual_seed(spec.seed)
+        self.np_rng = np.random.default_rng(spec.seed)
+        self.global_timestep = 0  # env steps sampled so far (set by the trainer, sent to workers); drives schedules
+        self.num_rows_trained = 0  # minibatch rows through SGD so far (time/learn_throughput)
+        self.state: LearnerState = hooks.make_state(self)
+        self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
+                                                spec.observation_filter_clip)
+        # the built-in MLP + categorical or Gaussian acts in numpy (1.2-2.7x faster at 64 to 1 rows: numpy_actor.py)
+        self._numpy = (NumpyActor(self.model, self.np_rng, gaussian=NumpyActor.kind(self) == "gaussian")
+                       if NumpyActor.supports(self) else None)
+
+    @property
+    def needs_next_obs(self) -> bool:
+        """Workers add a NEXT_OBS column before postprocessing (off-policy algos, V-trace)."""
+        return self.hooks.needs_next_obs
+
+    # ------------------------------------------------------------------ typed views
+    def config_as(self, cls: type[C]) -> C:
+        """``policy.config`` as the algorithm's own schema (e.g. ``PPOConfig``), checked."""
+        return _checked(self.config, cls, "algo")
+
+    def loss_config_as(self, cls: type[C]) -> C:
+        """``policy.loss_config`` as the loss's own schema (e.g. ``PPOClipLossConfig``), checked."""
+        return _checked(self.loss_config, cls, "loss")
+
+    def state_as(self, cls: type[C]) -> C:
+        """The learner state as the algorithm's own class (e.g. ``KLState``), checked."""
+        return _checked(self.state, cls, "learner state")
+
+    # ------------------------------------------------------------------ acting
+    def filter_obs(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        """Raw env observations -> what the model takes (``rollout.observation_filter``). Workers
+        update the statistics while sampling; evaluation and exports leave them frozen."""
+        return self.obs_filter(obs, update)
+
+    def initial_state(self, batch_size: int) -> list[np.ndarray]:
+        """A recurrent model's state at an episode start, ``batch_size`` rows per tensor (else ``[]``)."""
+        if not self.recurrent:
+            return []
+        return [t.numpy() for t in self._rnn.initial_state(batch_size)]
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True,
+                        state: list[np.ndarray] | None = None) -> ActionOutput:
+        """Actions for a batch of observations ``[B, *obs_shape]`` in one forward pass; a recurrent
+        policy also takes the state before the step (default: an episode start) and returns the next."""
+        if self.hooks.compute_actions is not None:
+            return self.hooks.compute_actions(self, obs, explore)
+        if self._numpy is not None:
+            return ActionOutput(*self._numpy.compute_actions(obs, explore), None)
+        new_state = None
+        with torch.inference_mode():
+            if self.recurrent:
+                out, st = self._rnn.forward_step(torch.as_tensor(obs), self._state_tensors(state, len(obs)))
+                new_state = [t.numpy() for t in st]
+            else:
+                out = self.model(torch.as_tensor(obs))
+            dist = self.dist_class(out.dist_inputs)
+            actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
+            logp = dist.logp(actions)
+        return ActionOutput(actions.numpy(), logp.detach().numpy(), out.values.detach().numpy(),
+                            out.dist_inputs.detach().numpy(), new_state)
+
+    def logp_of(self, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The log-probabilities of ``actions`` under the distributions ``dist_inputs`` describe."""
+        if self._numpy is not None:
+            return self._numpy.logp_of(dist_inputs, actions)
+        with torch.inference_mode():
+            return self.dist_class(torch.as_tensor(dist_inputs)).logp(torch.as_tensor(actions)).numpy()
+
+    def reseed(self, seed: int) -> None:
+        """Restart the action-sampling and minibatch generators from ``seed`` (in place: the numpy
+        actor keeps using the same generator object)."""
+        self.generator.manual_seed(seed)
+        self.np_rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+
+    def compute_values(self, obs: np.ndarray, state: list[np.ndarray] | None = None) -> np.ndarray:
+        if self._numpy is not None:
+            return self._numpy.forward(obs)[1]
+        with torch.inference_mode():
+            if self.recurrent:
+                return self._rnn.forward_step(torch.as_tensor(obs), self._state_tensors(state, len(obs)))[0] \
+                    .values.detach().numpy()
+            return self.model(torch.as_tensor(obs)).values.detach().numpy()
+
+    def _state_tensors(self, state: list[np.ndarray] | None, n: int) -> list[torch.Tensor]:
+        return self._rnn.initial_state(n) if state is None else [torch.as_tensor(s) for s in state]
+
+    def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
+        """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``)."""
+        fn = self.hooks.postprocess
+        return fragment if fn is None else fn(self, fragment, last_values)
+
+    # ------------------------------------------------------------------ learning
+    def current_lr(self) -> float:
+        sched = self.config.lr_schedule
+        return piecewise(sched, self.global_timestep) if sched else self.config.lr
+
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
+        """``num_sgd_iter`` passes over ``batch`` in minibatches; returns averaged stats."""
+        stats = self.learn_on_minibatches(self._minibatches(batch))
+        if SampleBatch.VF_PREDS in batch and SampleBatch.VALUE_TARGETS in batch:
+            stats["train/explained_variance"] = explained_variance(
+                batch[SampleBatch.VF_PREDS], batch[SampleBatch.VALUE_TARGETS]
+            )
+        return stats
+
+    def learn_on_minibatches(self, minibatches: Iterable[TorchBatch]) -> dict[str, float]:
+        """One optimizer step per minibatch at the current learning rate; the steps' averaged stats."""
+        lr = self.current_lr()
+        set_lr(self.optimizer, lr)
+        self.model.train()
+        per_step = [self.learn_on_minibatch(mbatch, lr) for mbatch in minibatches]
+        stats = average_stats(per_step)
+        stats["train/lr"] = lr
+        stats["train/num_sgd_steps"] = float(len(per_step))
+        return stats
+
+    def _minibatches(self, batch: SampleBatch) -> Iterator[TorchBatch]:
+        """``num_sgd_iter`` epochs of shuffled ``sgd_minibatch_size`` minibatches (the whole batch
+        at once, unshuffled, when the minibatch size is the batch). A recurrent policy's minibatches
+        are whole sequences (rlrun/models/sequences.py)."""
+        tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items() if v.dtype != object}
+        n = len(batch)
+        mb = self.config.sgd_minibatch_size or n
+        if self.recurrent:
+            yield from self._sequence_minibatches(batch, tb, mb)
+            return
+        for _ in range(self.config.num_sgd_iter):
+            if mb >= n:
+                yield tb
+                continue
+            perm = torch.randperm(n, generator=self.generator)
+            for start in range(0, n, mb):
+                idx = perm[start : start + mb]
+                yield {k: v[idx] for k, v in tb.items()}
+
+    def _sequence_minibatches(self, batch: SampleBatch, tb: TorchBatch, mb: int) -> Iterator[TorchBatch]:
+        starts, lens = sequence_starts(batch[SampleBatch.EPS_ID], batch[SampleBatch.T], int(self._rnn.max_seq_len))
+        for _ in range(self.config.num_sgd_iter):
+            for seqs in sequence_minibatches(lens, mb, self.generator, shuffle=mb < len(batch)):
+                yield sequence_minibatch(tb, starts, lens, seqs)
+
+    def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
+        """One loss evaluation and optimizer step; its stats (``train/loss/*``, ``train/*``), not averaged."""
+        model = SequenceView(self.model, mbatch) if SEQ_ROWS in mbatch else self.model
+        out = self.loss_fn(self, model, self.dist_class, mbatch)
+        if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
+            got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
+                out.total, torch.Tensor) else f"a {type(out).__name__}"
+            raise PluginError(f"loss.name: loss '{self.loss_config.name}' returned {got}; a loss returns "
+                              "LossOutput(total=<scalar tensor>, terms, stats)")
+        total = float(out.total.detach())
+        if not math.isfinite(total):  # stop before the step: the weights stay as they were
+            raise NonFiniteLossError(
+                f"train/loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
+                f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. A smaller algo.lr or "
+                "an algo.grad_clip usually helps"
+            )
+        stats = {"train/loss/total": total, "train/grad_norm": self.apply_gradients(out.total)}
+        stats.update({f"train/loss/{k}": _num(v) for k, v in out.terms.items()})
+        stats.update({f"train/{k}": _num(v) for k, v in out.stats.items()})
+        self.num_rows_trained += len(next(iter(mbatch.values()))) if mbatch else 0
+        return stats
+
+    def apply_gradients(self, loss: torch.Tensor) -> float:
+        """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
+        self.optimizer.zero_grad()
+        loss.backward()
+        clip = self.config.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip is not None else float("inf"))
+        self.optimizer.step()
+        return float(norm)
+
+    # ------------------------------------------------------------------ state
+    def get_weights(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        # torch.tensor copies: weights from Ray's object store are read-only views
+        self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        """Weights, optimizer, counters, RNGs and the learner state: tensors and plain data only
+        (``weights_only`` safe). ``include_buffers``: also replay buffers (large)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "global_timestep": self.global_timestep,
+            "rng": {"torch": self.generator.get_state(), "numpy": self.np_rng.bit_generator.state},
+            "learner": self.state.get_state(include_buffers),
+            "obs_filter": self.obs_filter.get_state(),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_timestep = int(state["global_timestep"])
+        self.generator.set_state(state["rng"]["torch"])
+        self.np_rng.bit_generator.state = state["rng"]["numpy"]
+        self.state.set_state(state.get("learner") or {})
+        self.obs_filter.set_state(state.get("obs_filter") or {})
+
+
+PolicyMap = dict[str, Policy]  # policy id -> Policy, on every worker and on the learner
+
+
+def average_stats(per_step: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each statistic over the steps that reported it (one dict per SGD step)."""
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for stats in per_step:
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+    return {k: v / counts[k] for k, v in sums.items()}
+
+
+def _checked(obj: Any, cls: type[C], what: str) -> C:
+    if not isinstance(obj, cls):
+        raise TypeError(f"{what} is a {type(obj).__name__}, this code needs a {cls.__name__}")
+    return obj
+
+
+def _num(value: torch.Tensor | float) -> float:
+    return float(value.detach() if isinstance(value, torch.Tensor) else value)

@@ -1,0 +1,100 @@
+"""Where a train batch comes from, and where sampled batches are recorded.
+
+``Experience`` wraps the rollout workers and the file readers of one run's ``input``: a batch of
+``train_batch_size`` rows takes ``weight x train_batch_size`` rows from each source (the workers
+sample whole rounds, so their share is rounded up to a round). ``make_writers`` opens the ``output``
+writers: one per policy (a multi-agent run writes ``<output>/<policy id>/``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, get_algorithm
+from rlrun.config.offline import MINARI, SAMPLER, parse_input, source_name
+from rlrun.core.registry import SOURCES
+from rlrun.core.version import __version__
+from rlrun.data.batch import SampleBatch, concat_samples
+from rlrun.data.parquet import ACTION_PROB, REQUIRED_COLUMNS, DatasetWriter
+from rlrun.data.spaces import space_to_json
+from rlrun.sources.source import ExperienceSource, SourceContext, merge_metrics
+
+SB = SampleBatch
+
+
+def check_input(cfg: Any, obs_space: gym.Space, action_space: gym.Space) -> int:
+    """Every input source's data checked against the run (before compute); returns how many files."""
+    needed = list(REQUIRED_COLUMNS)
+    if get_algorithm(cfg.algo.name).needs_next_obs:
+        needed.append(SB.NEXT_OBS)
+    n = 0
+    for source, _ in parse_input(cfg.input):
+        check = None if source == SAMPLER else SOURCES.entry(source_name(source)).info.get("check_data")
+        if check is not None:
+            n += check(source, obs_space, action_space, needed)
+    return n
+
+
+class Experience:
+    """Train batches from a run's ``input``: the rollout workers, registered sources, or a weighted mix."""
+
+    def __init__(self, cfg: Any, sample: Callable[[int], list[SampleBatch]], policy: Any,
+                 obs_space: gym.Space, action_space: gym.Space) -> None:
+        self.sample = sample  # rows -> fragments from the workers, at least that many rows
+        sources = parse_input(cfg.input)
+        self.sampler_share = sum(w for s, w in sources if s == SAMPLER)
+        self.readers: list[tuple[ExperienceSource, float]] = [
+            (SOURCES.get(source_name(s))(SourceContext(cfg, s, policy, obs_space, action_space, cfg.seed + i)), w)
+            for i, (s, w) in enumerate(sources) if s != SAMPLER
+        ]
+
+    def next_batch(self, n: int) -> tuple[SampleBatch, list[SampleBatch]]:
+        """``n`` rows at least: returns the batch and the sampled fragments in it (to record)."""
+        sampled = self.sample(math.ceil(n * self.sampler_share)) if self.sampler_share else []
+        rest = n - sum(len(b) for b in sampled)
+        parts = list(sampled)
+        if rest > 0 and self.readers:
+            total = sum(w for _, w in self.readers)
+            shares = [math.floor(rest * w / total) for _, w in self.readers]
+            shares[0] += rest - sum(shares)
+            parts += [r.next_batch(k) for (r, _), k in zip(self.readers, shares, strict=True) if k > 0]
+        if len(parts) > 1 and self.readers:
+            keys = set(parts[0]).intersection(*parts[1:])
+            parts = [SampleBatch({k: p[k] for k in keys}) for p in parts]
+        return concat_samples(parts), sampled
+
+    def metrics(self) -> dict[str, float]:
+        return merge_metrics([r for r, _ in self.readers])
+
+
+def dataset_meta(cfg: Any, policy_id: str, obs_space: gym.Space, action_space: gym.Space,
+                 explore: bool = True) -> dict[str, Any]:
+    return {"rlrun_version": __version__, "env_id": cfg.env.id, "env_kwargs": cfg.env.kwargs,
+            "env_wrappers": cfg.env.wrappers, "policy_id": policy_id, "algo": cfg.algo.name, "explore": explore,
+            "observation_space": space_to_json(obs_space), "action_space": space_to_json(action_space)}
+
+
+def make_writers(cfg: Any, policies: Mapping[str, Any], multi_agent: bool, explore: bool = True,
+                 max_episodes: int | None = None) -> dict[str, DatasetWriter]:
+    """One writer per learned policy (``<output>`` for a single-agent run, ``<output>/<policy id>``)."""
+    columns = None if cfg.offline.output_postprocessed else (*COLLECTED_COLUMNS, SB.NEXT_OBS, ACTION_PROB)
+    out: dict[str, DatasetWriter] = {}
+    for pid, policy in policies.items():
+        if not hasattr(policy, "observation_space"):
+            continue
+        meta = dataset_meta(cfg, pid, policy.observation_space, policy.action_space, explore)
+        if cfg.output.startswith(MINARI):
+            from rlrun.data.minari import MinariWriter
+
+            out[pid] = MinariWriter(cfg.output, meta, cfg.env.id, policy.observation_space, policy.action_space,
+                                    cfg.offline.output_file_size_mb, max_episodes)
+            continue
+        directory = Path(cfg.output) / pid if multi_agent else Path(cfg.output)
+        out[pid] = DatasetWriter(directory, meta, cfg.offline.output_file_size_mb, columns,
+                                 by_episode=not multi_agent, max_episodes=max_episodes)
+    return out

@@ -1,0 +1,196 @@
+"""MLflow jobs done by the writer process: runs, params, the learning curve, and a sweep's parent run.
+
+The writer (rlrun/tracking/writer.py) calls these with mlflow imported; a sweep driver asks for the
+parent-run jobs by name (``WRITER_CALLS``), so it never imports mlflow itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock on a SQLite store (``<db>.lock`` beside it) across processes: the first-time
+    schema migration and experiment creation must happen once, not in several runs at once (two
+    concurrent migrations leave a store half-migrated for good). Other stores need none."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(uri[len("sqlite:///"):]).with_name(Path(uri).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_store(uri: str) -> Any:
+    """An MlflowClient whose store exists and is migrated (done under ``store_lock``)."""
+    import logging
+
+    from mlflow.tracking import MlflowClient
+
+    # "Creating initial MLflow database tables..." and alembic's migration steps: INFO lines from another
+    # process, glued into the trainer's console output; warnings and errors still show
+    for name in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # creates / migrates the schema now, under the lock
+    return client
+
+
+# MLflow 3's UI opens an experiment in its GenAI view (traces, token usage) unless this tag says otherwise
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def create_run(client: Any, experiment_name: str, artifact_location: str | None, run_name: str | None,
+               tags: dict[str, str], uri: str = "", start_time_ms: int | None = None) -> str:
+    """A new run in ``experiment_name`` (the experiment is created on first use, under the store's
+    lock: two runs creating it at once would collide); its id."""
+    with store_lock(uri):
+        exp = client.get_experiment_by_name(experiment_name)
+        if exp is None:
+            exp_id = client.create_experiment(experiment_name, artifact_location=artifact_location,
+                                              tags=EXPERIMENT_KIND)
+        else:
+            exp_id = exp.experiment_id
+            for k, v in EXPERIMENT_KIND.items():
+                if exp.tags.get(k) != v:  # an experiment made by an older rlrun or by hand
+                    client.set_experiment_tag(exp_id, k, v)
+    run_id: str = client.create_run(exp_id, start_time=start_time_ms, run_name=run_name, tags=tags).info.run_id
+    return run_id
+
+
+RUN_KEY_TAG = "rlrun.run_key"  # rlrun's own name for a run, known before MLflow has created it
+
+
+def run_with_key(client: Any, run_key: str) -> str | None:
+    """The MLflow run tagged ``rlrun.run_key = run_key`` (in any experiment), if there is one."""
+    if not re.fullmatch(r"[0-9a-f]{32}", run_key):
+        return None
+    exp_ids = [e.experiment_id for e in client.search_experiments(max_results=10000)]
+    runs = client.search_runs(exp_ids, f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1) if exp_ids else []
+    return runs[0].info.run_id if runs else None
+
+
+def reap_dead_runs(client: Any, experiment_name: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of ``experiment_name`` whose trainer and writer processes on this
+    host are both gone (killed together, e.g. by the OOM killer; a run whose trainer has returned is
+    alive while its writer finishes it in the background); returns their ids."""
+    import socket
+
+    from rlrun.core.liveness import still_running
+
+    exp = client.get_experiment_by_name(experiment_name)
+    if exp is None:
+        return []
+    host = socket.gethostname()
+    reaped = []
+    for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get("rlrun.host") != host or not tags.get("rlrun.pid", "").isdigit():
+            continue
+        if any(still_running(tags.get(f"rlrun.{who}pid", ""), tags.get(f"rlrun.{who}pid_start"))
+               for who in ("", "writer_")):
+            continue
+        client.set_tag(run.info.run_id, "rlrun.stop_reason", "the trainer process is gone (killed)")
+        client.set_terminated(run.info.run_id, "KILLED")
+        reaped.append(run.info.run_id)
+    return reaped
+
+
+def log_params(client: Any, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client.log_batch(run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+
+def create_parent_run(uri: str, experiment_name: str, artifact_location: str | None, run_name: str,
+                      tags: dict[str, str], params: dict[str, str], files: list[str]) -> str:
+    """The sweep's parent run (and the store and experiment, once, before any job); its id."""
+    client = open_store(uri)
+    run_id = create_run(client, experiment_name, artifact_location, run_name, tags, uri)
+    log_params(client, run_id, params)
+    for f in files:
+        client.log_artifact(run_id, f)
+    return run_id
+
+
+def close_parent_run(uri: str, parent_run_id: str, sweep_dir: str) -> dict[str, Any]:
+    """The summary (files, artifacts), Optuna's best parameters, the parent's final status. Returns
+    the text to print and the jobs' outcome."""
+    import contextlib
+    import io
+
+    from mlflow.tracking import MlflowClient
+
+    from rlrun.tracking.report import write_report
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        summary = write_report(parent_run_id, uri, sweep_dir)
+        client = MlflowClient(tracking_uri=uri)
+        best = Path(sweep_dir) / "optimization_results.yaml"  # hydra-optuna-sweeper's best parameters
+        if best.is_file():
+            client.log_artifact(parent_run_id, str(best))
+            res = OmegaConf.to_container(OmegaConf.load(best))
+            if isinstance(res, dict) and "best_params" in res:
+                client.set_tag(parent_run_id, "rlrun.best_params", json.dumps(res["best_params"])[:5000])
+                client.set_tag(parent_run_id, "rlrun.best_value", str(res.get("best_value")))
+                print(f"rlrun: best parameters {res['best_params']} (objective {res.get('best_value')})")
+    failed = [f"{r.name} ({r.setting})" for r in summary.rows if r.status != "FINISHED"]
+    all_failed = bool(summary.rows) and len(failed) == len(summary.rows)
+    client.set_terminated(parent_run_id, "FAILED" if all_failed else "FINISHED")
+    return {"text": text.getvalue(), "total": len(summary.rows), "failed": failed}
+
+
+def end_parent_run(uri: str, parent_run_id: str, status: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=uri).set_terminated(parent_run_id, status)
+
+
+WRITER_CALLS: dict[str, Any] = {f.__name__: f for f in (create_parent_run, close_parent_run, end_parent_run)}
+
+
+def log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
+               eval_points: list[tuple[float, float]]) -> None:
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
+    if eval_points:
+        ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
+    ax.legend(loc="lower right")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "learning_curve.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        client.log_artifact(run_id, str(path))

@@ -1,0 +1,195 @@
+"""Checkpoints are data, not code: tensors in ``policy.pt`` (loaded with ``weights_only=True``),
+metadata in ``meta.json``, the resolved config in ``config.yaml``. Written atomically: into a
+temporary sibling directory, then renamed, so a crash never leaves a half-written checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import yaml
+
+from rlrun.core.errors import CheckpointError, first_line
+from rlrun.core.liveness import process_start
+
+FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs, learner state)
+TENSORS_FILE = "policy.pt"
+META_FILE = "meta.json"
+CONFIG_FILE = "config.yaml"
+HISTORY_FILE = "history.json"  # every iteration's metrics up to this checkpoint: resume replays what MLflow lacks
+
+
+class Checkpoint(NamedTuple):
+    state: dict[str, Any]  # tensors and plain containers (policy weights, optimizer, RNG)
+    meta: dict[str, Any]  # JSON: format version, counters, algo, env, versions
+    config: dict[str, Any]
+    history: list[tuple[dict[str, float], int, int]] = []  # (metrics, env step, timestamp ms) per iteration
+
+
+def remove_dead_writes(root: Path) -> None:
+    """Remove the temp dirs (``.iter_N.tmp-<pid>-*``, ``.iter_N.old-<pid>``) that a checkpoint write left
+    when its process was killed; a write of a process that is still alive is left alone."""
+    for leftover in root.glob(".iter_*.*-*") if root.is_dir() else []:
+        pid = leftover.name.split(".")[-1].split("-")[1]
+        if pid.isdigit() and process_start(int(pid)) is None:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def save_checkpoint(
+    path: str | Path, state: dict[str, Any], meta: dict[str, Any], config: dict[str, Any],
+    history: list[tuple[dict[str, float], int, int]] | None = None,
+) -> Path:
+    """Write a checkpoint directory atomically; an existing one at ``path`` is replaced."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    try:
+        torch.save(state, tmp / TENSORS_FILE)
+        (tmp / META_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, **meta}, indent=2))
+        (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+        if history is not None:
+            (tmp / HISTORY_FILE).write_text(json.dumps([[m, step, ts] for m, step, ts in history]))
+        for f in tmp.iterdir():  # data on disk before the rename makes it visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Load a checkpoint directory; refuses anything that would need unpickling code, and says in
+    one line which file is missing, unreadable or not what it should be."""
+    path = Path(path)
+    for name in (TENSORS_FILE, META_FILE, CONFIG_FILE):
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path}: missing {name} (is this an rlrun checkpoint directory?)")
+    meta = _read_mapping(path / META_FILE, json.loads, "a JSON object")
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {path / META_FILE}: format_version {version!r}, this rlrun reads {FORMAT_VERSION}"
+        )
+    config = _read_mapping(path / CONFIG_FILE, yaml.safe_load, "a YAML mapping")
+    return Checkpoint(_load_tensors(path / TENSORS_FILE), meta, config, _read_history(path / HISTORY_FILE))
+
+
+def _read_mapping(path: Path, parse: Any, what: str) -> dict[str, Any]:
+    try:
+        data = parse(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
+        raise CheckpointError(f"checkpoint {path}: not {what} ({type(e).__name__}: "
+                              f"{first_line(e, '')})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"checkpoint {path}: expected {what}, got a {type(data).__name__}")
+    return data
+
+
+def _load_tensors(path: Path) -> dict[str, Any]:
+    import pickle
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of foreign files
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # weights_only refuses payloads that need code to rebuild
+        raise CheckpointError(
+            f"checkpoint {path}: refused to load: it holds objects that need code to rebuild; only tensors and "
+            "plain containers are allowed (never load such a file with weights_only=False unless you made it)"
+        ) from None
+    except Exception as e:  # truncated or corrupt zip archive, wrong file type
+        raise CheckpointError(f"checkpoint {path}: cannot be read, truncated or corrupt? ({type(e).__name__}: "
+                              f"{first_line(e, '')})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: expected a mapping of state, got a {type(state).__name__}")
+    return state
+
+
+def _read_history(path: Path) -> list[tuple[dict[str, float], int, int]]:
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+        return [({str(k): float(v) for k, v in m.items()}, int(step), int(ts)) for m, step, ts in rows]
+    except (ValueError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint {path}: not a metric history ({type(e).__name__}: {e})") from None
+
+
+# --------------------------------------------------------------------------- resume
+# Config keys that change what a checkpoint's tensors mean: a resume that changes them is refused.
+INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs", "env.observation_space",
+                         "env.action_space")
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{key: (checkpoint value, new value)}`` for every leaf that differs."""
+    from rlrun.core.provenance import flatten
+
+    a, b = flatten(old), flatten(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def check_resumable(old: dict[str, Any], new: dict[str, Any], where: Path) -> dict[str, tuple[Any, Any]]:
+    """Refuse changes that make the checkpoint meaningless (other algo, loss, model shape, env);
+    return the harmless ones (stop, lr, workers, ...) for the record."""
+    changes = config_changes(old, new)
+    ignore = ("resume", "output_dir", "experiment", "progress")
+    changes = {k: v for k, v in changes.items() if not k.startswith(ignore)}
+    bad = {k: v for k, v in changes.items() if k.startswith(INCOMPATIBLE_PREFIXES)}
+    if bad:
+        lines = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in bad.items())
+        raise CheckpointError(f"resume: checkpoint {where} cannot continue with this config: {lines}")
+    return changes
+
+
+def find_latest_checkpoint(launch_dir: Path, key: str = "resume") -> Path:
+    """The newest complete ``checkpoints/iter_*`` under the launch dir's Hydra output folders."""
+    found = [p.parent for pattern in ("outputs/**/checkpoints/iter_*/meta.json",
+                                      "multirun/**/checkpoints/iter_*/meta.json")
+             for p in launch_dir.glob(pattern)]
+    if not found:
+        raise CheckpointError(f"{key}=latest: no checkpoint under {launch_dir}/outputs or {launch_dir}/multirun")
+    return max(found, key=lambda p: ((p / META_FILE).stat().st_mtime, p.name))
+
+
+def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, download_to: Path,
+                   key: str = "resume") -> Path:
+    """``<key>=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory."""
+    if spec == "latest":
+        return find_latest_checkpoint(launch_dir, key)
+    path = Path(spec).expanduser()
+    if not path.is_absolute():
+        path = launch_dir / path
+    if path.exists():
+        if not (path / META_FILE).is_file() and (path / "checkpoints").is_dir():  # a run's output dir
+            iters = sorted((path / "checkpoints").glob("iter_*"))
+            if iters:
+                return iters[-1]
+        return path
+    if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec) and tracking_uri:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        try:
+            names = sorted(a.path for a in client.list_artifacts(spec, "checkpoints"))
+        except Exception as e:  # unknown run id, unreachable store
+            raise CheckpointError(f"{key}={spec}: cannot read MLflow run {spec} at {tracking_uri}: {e}") from None
+        if not names:
+            raise CheckpointError(f"{key}={spec}: MLflow run {spec} has no checkpoints/ artifacts")
+        download_to.mkdir(parents=True, exist_ok=True)
+        return Path(client.download_artifacts(spec, names[-1], str(download_to)))
+    raise CheckpointError(f"{key}={spec}: not a checkpoint directory, an MLflow run id, or 'latest'")

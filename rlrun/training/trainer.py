@@ -1,0 +1,266 @@
+"""Trainer: coordinates one training iteration, the same for every algorithm.
+
+    sample from every worker until train_batch_size env steps -> concat -> for each policy to
+    train: algorithm.learn(policy, batch) -> sync weights -> result dict (counters + metrics)
+
+An algorithm changes what happens through its ``Algorithm`` hooks (rlrun/algos/algorithm.py), never by
+subclassing the Trainer. The Trainer owns the counters and the episode window; each Policy owns its
+weights, optimizer and learner state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlrun.algos.algorithm import LearnContext, get_algorithm
+from rlrun.config.multi_agent import policies_to_train
+from rlrun.config.offline import SAMPLER, parse_input
+from rlrun.config.schemas import RunConfig
+from rlrun.core.metrics import EPISODE_WINDOW, mean_min_max, per_policy
+from rlrun.data.batch import MultiAgentBatch, concat_samples
+from rlrun.data.parquet import DatasetWriter
+from rlrun.envs.make import env_from_config
+from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
+from rlrun.sources.callbacks import CallbackList, custom_metric_summary
+from rlrun.sources.offline_input import Experience, make_writers
+from rlrun.sources.rollout_worker import make_policy_factory
+from rlrun.sources.worker_set import WorkerSet
+from rlrun.training.evaluation import EvalResult, evaluate
+
+
+class Trainer:
+    """One run's training loop state: workers, the learner's policy map, counters."""
+
+    def __init__(self, cfg: RunConfig, launch_dir: str | Path | None = None) -> None:
+        self.cfg = cfg
+        self.config = cfg.algo
+        self.algorithm = get_algorithm(cfg.algo.name)
+        self.policy_factory = make_policy_factory(cfg, launch_dir)
+        self.workers = WorkerSet(cfg, self.policy_factory)
+        self.policies: PolicyMap = self.workers.local_worker.policy_map  # the learner's policies
+        self.multi_agent = bool(cfg.multiagent.policies)
+        self.policies_to_train: list[str] = policies_to_train(cfg) if self.multi_agent else list(self.policies)
+        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies}
+        self.iteration = 0
+        self.timesteps_total = 0
+        self.episodes_total = 0
+        self.time_total_s = 0.0
+        self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
+        self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
+        self._eval_env: Any = None
+        self.callbacks: CallbackList = self.workers.local_worker.callbacks  # one instance with the local worker
+        self.experience: Experience | None = None  # `input` other than the sampler: files (rlrun/offline/)
+        if parse_input(cfg.input) != [(SAMPLER, 1.0)]:
+            w = self.workers.local_worker
+            self.experience = Experience(cfg, self._sample, self.policy, w.obs_space, w.action_space)
+        self.ope: Any = None  # off-policy estimators on held-out episodes (offline.evaluation)
+        if cfg.offline.evaluation:
+            from rlrun.training.ope import OffPolicyEvaluator
+
+            self.ope = OffPolicyEvaluator(cfg, self.workers.local_worker.action_space)
+        self.writers: dict[str, DatasetWriter] = \
+            make_writers(cfg, self.policies, self.multi_agent) if cfg.output is not None else {}
+
+    @property
+    def policy(self) -> Policy:
+        """The default policy (the only one in a single-agent run)."""
+        return self.policies[DEFAULT_POLICY_ID]
+
+    # ------------------------------------------------------------------ the iteration
+    def sample_batch(self) -> Any:
+        """``train_batch_size`` rows from the run's ``input``: fragments from all workers (multi-agent:
+        env or agent steps, ``multiagent.count_steps_by``; each fragment may hold up to num_envs - 1
+        extra rows, and exact counts are reported), rows read from files, or both. A SampleBatch, or a
+        MultiAgentBatch in a multi-agent run. Sampled fragments go to the ``output`` writers."""
+        batch: Any
+        if self.experience is not None:
+            batch, sampled = self.experience.next_batch(self.config.train_batch_size)
+        else:
+            sampled = self._sample(self.config.train_batch_size)
+            batch = MultiAgentBatch.concat(sampled) if self.multi_agent else concat_samples(sampled)  # type: ignore[arg-type]
+        if self.writers:
+            self._record(sampled)
+        return batch
+
+    def _record(self, sampled: list[Any]) -> None:
+        for b in sampled:
+            if self.multi_agent:
+                for pid, writer in self.writers.items():
+                    if pid in b.policy_batches:
+                        writer.write(b[pid])
+            else:
+                self.writers[DEFAULT_POLICY_ID].write(b)
+
+    def _sample(self, rows: int) -> list[Any]:
+        """Fragments from the workers until they hold at least ``rows`` steps."""
+        interval = self.algorithm.async_broadcast_interval
+        batches: list[Any] = []
+        n = 0
+        by_agents = self.cfg.multiagent.count_steps_by == "agent_steps"
+        while n < rows:
+            got: list[Any] = self.workers.sample() if interval is None else \
+                self.workers.sample_async(interval(self.config))
+            for b in got:
+                batches.append(b)
+                n += (b.agent_steps() if by_agents else b.count) if self.multi_agent else len(b)
+        return batches
+
+    def learn(self, batch: Any) -> dict[str, float]:
+        """Each trainable policy learns on its batch with its algorithm's learn hook (a multi-agent
+        run's learner metrics are named per policy: ``train/<policy>/...``)."""
+        ctx = LearnContext(self.timesteps_total, self.iteration)
+        stats: dict[str, float] = {}
+        for pid in self.policies_to_train:
+            policy = self.policies[pid]
+            policy.global_timestep = self.timesteps_total
+            if not self.multi_agent:
+                stats.update(self.algorithm.learn(policy, batch, ctx))
+            elif pid in batch.policy_batches and len(batch[pid]):
+                got = self.algorithm.learn(policy, batch[pid], ctx)
+                stats.update({per_policy(k, pid) if k.startswith("train/") else k: v for k, v in got.items()})
+        return stats
+
+    def train(self) -> dict[str, float]:
+        """Run one iteration; return counters and metrics."""
+        t0 = time.perf_counter()
+        batch = self.sample_batch()
+        t1 = time.perf_counter()
+        env_steps = batch.count if self.multi_agent else len(batch)
+        self.timesteps_total += env_steps
+        rows_before = sum(p.num_rows_trained for p in self.policies.values())
+        stats = self.learn(batch)
+        rows = sum(p.num_rows_trained for p in self.policies.values()) - rows_before
+        t2 = time.perf_counter()
+        self.workers.sync_weights(self.timesteps_total, broadcast=self.algorithm.async_broadcast_interval is None)
+        t3 = time.perf_counter()
+        self.iteration += 1
+        self.time_total_s += t3 - t0
+        episodes = self.workers.get_metrics()
+        self._add_episodes(episodes.returns, episodes.lengths)
+        for pid, returns in (episodes.policy_returns or {}).items():
+            self._policy_returns[pid].extend(returns)
+        result: dict[str, float] = {
+            "training_iteration": self.iteration,
+            "timesteps_total": self.timesteps_total,
+            "episodes_total": self.episodes_total,
+            "time_total_s": self.time_total_s,
+            **self._episode_metrics(len(episodes.returns)),
+            **(self._policy_metrics(episodes.policy_returns or {}, batch) if self.multi_agent else {}),
+            "rollout/env_steps_this_iter": env_steps,
+            "time/env_steps_per_s": env_steps / max(t3 - t0, 1e-9),
+            "time/learn_throughput": rows / max(t2 - t1, 1e-9),
+            "time/sample_s": t1 - t0,
+            "time/learn_s": t2 - t1,
+            "time/sync_weights_s": t3 - t2,
+            "time/iteration_s": t3 - t0,
+            **self._worker_metrics(),
+            **custom_metric_summary(episodes.custom or {}),
+            **(self.experience.metrics() if self.experience is not None else {}),
+            **stats,
+        }
+        ev = self.cfg.evaluation
+        if ev.interval and self.iteration % ev.interval == 0:
+            result.update(self.evaluate().metrics())
+        if self.ope is not None and self.iteration % self.cfg.offline.evaluation_interval == 0:
+            result.update(self.ope.evaluate(self.policy))
+        if self.callbacks:
+            self.callbacks.call("on_train_result", trainer=self, result=result)
+        return result
+
+    def _policy_metrics(self, new: dict[str, list[float]], batch: MultiAgentBatch) -> dict[str, float]:
+        """``rollout/<policy>/...``: the episode returns of the agents each policy acts for."""
+        out: dict[str, float] = {"rollout/agent_steps_this_iter": float(batch.agent_steps())}
+        for pid, window in self._policy_returns.items():
+            out.update({**mean_min_max(f"rollout/{pid}/episode_return", window),
+                        f"rollout/{pid}/episodes_this_iter": float(len(new.get(pid, ())))})
+        return out
+
+    def _worker_metrics(self) -> dict[str, float]:
+        """Worker health; only with remote workers (in-process sampling has none to report), and what
+        the local worker reports itself (the policy server's requests and abandoned episodes)."""
+        w = self.workers
+        if not w.num_workers:
+            return w.extra_metrics()
+        return {"workers/num_healthy": w.num_healthy_workers, "workers/num_restarts": w.num_worker_restarts,
+                "workers/num_dropped_fragments": w.num_dropped_fragments, **w.extra_metrics()}
+
+    def evaluate(self) -> EvalResult:
+        """Greedy episodes with the current policy on separate, reused envs."""
+        ev = self.cfg.evaluation
+        if self.multi_agent:
+            from rlrun.training.ma_evaluation import evaluate_multi_agent
+
+            return evaluate_multi_agent(self.policies, self.cfg, ev.num_episodes, self.cfg.seed)
+        if self._eval_env is None:
+            n = max(1, min(ev.num_envs, ev.num_episodes))
+            e = self.cfg.env
+            self._eval_env = env_from_config(e, n)
+        return evaluate(self.policy, self.cfg.env, ev.num_episodes, ev.num_envs, self.cfg.seed, self._eval_env)
+
+    def _add_episodes(self, returns: Iterable[float], lengths: Iterable[int]) -> None:
+        for r, n in zip(returns, lengths, strict=True):
+            self._returns.append(r)
+            self._lengths.append(n)
+            self.episodes_total += 1
+
+    def _episode_metrics(self, num_new: int) -> dict[str, float]:
+        return {
+            **mean_min_max("rollout/episode_return", self._returns),
+            "rollout/episode_len_mean": float(np.mean(self._lengths)) if self._lengths else math.nan,
+            "rollout/episodes_this_iter": float(num_new),
+        }
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue: every policy (weights, optimizer, RNGs, learner state),
+        counters, the episode window and torch's global RNG. Tensors, numbers, strings and
+        containers only (``weights_only`` safe)."""
+        include = self.cfg.checkpoint.include_replay
+        return {
+            "policies": {pid: p.get_state(include_buffers=include) for pid, p in self.policies.items()},
+            "counters": {
+                "training_iteration": self.iteration,
+                "timesteps_total": self.timesteps_total,
+                "episodes_total": self.episodes_total,
+                "time_total_s": self.time_total_s,
+            },
+            "episodes": {"returns": list(self._returns), "lengths": list(self._lengths),
+                         "policy_returns": {pid: list(w) for pid, w in self._policy_returns.items()}},
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Inverse of ``get_state``; remote workers get the restored weights at once."""
+        for pid, policy_state in state["policies"].items():
+            self.policies[pid].set_state(policy_state)
+        c = state["counters"]
+        self.iteration = int(c["training_iteration"])
+        self.timesteps_total = int(c["timesteps_total"])
+        self.episodes_total = int(c["episodes_total"])
+        self.time_total_s = float(c["time_total_s"])
+        self._returns = deque(state["episodes"]["returns"], maxlen=EPISODE_WINDOW)
+        self._lengths = deque(state["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        for pid, returns in state["episodes"].get("policy_returns", {}).items():
+            self._policy_returns[pid] = deque(returns, maxlen=EPISODE_WINDOW)
+        torch.set_rng_state(state["rng"]["torch"])
+        self.workers.sync_weights(self.timesteps_total)
+
+    def stop(self, finished: bool = True) -> None:
+        """Close the envs and workers; the ``output`` writers write what they hold (running episodes too).
+        ``finished=False``: the run was interrupted or failed (a policy server tells its clients to retry,
+        not that the run is over)."""
+        if not finished:
+            self.workers.mark_interrupted()
+        for writer in self.writers.values():
+            writer.close()
+        if self._eval_env is not None:
+            self._eval_env.close()
+        self.workers.stop()

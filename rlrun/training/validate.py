@@ -1,0 +1,327 @@
+"""The one config validator: plain data -> a checked ``RunConfig``, before any env, model or Ray starts.
+
+Hydra composes YAML into a DictConfig; ``rlrun/app/compose.py`` resolves it to plain data and calls
+``build_config``, which returns a ``RunConfig`` of dataclasses (schemas: ``rlrun/config/``) or raises
+``ConfigError`` with one message naming the key and the offending value. The algo, loss and model
+sections are checked against the schema that their *registry entry* declares, so a plugin's algo or
+loss brings its own schema and gets the same checks as the built-in ones. The generic key/type
+checking lives in ``rlrun/config/typed.py``. It sits in the training layer because the cross checks
+ask the layers below (env ids and spaces, wrappers, optimizers, algorithms' columns).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from rlrun.config.domains import check_domains, check_memory
+from rlrun.config.multi_agent import check_multi_agent_config, learned_policies
+from rlrun.config.offline import MINARI, OPE_FIELDS, SAMPLER, check_offline_config, parse_input
+from rlrun.config.schemas import (
+    AlgoConfig,
+    LossConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+)
+from rlrun.config.serving import check_server_config
+from rlrun.config.typed import ConfigError, from_dict, show
+from rlrun.core.errors import suggest
+from rlrun.core.metrics import STOP_COUNTERS, reported_metrics
+from rlrun.core.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
+from rlrun.core.sweep_info import TARGET_OBJECTIVES
+from rlrun.sources.plugins import load_builtins
+
+
+# --------------------------------------------------------------------------- build + cross checks
+def _schema(registry: Any, section: dict[str, Any], key: str, default_cls: type) -> type:
+    name = section.get("name")
+    if not isinstance(name, str):
+        raise ConfigError(f"{key}.name: expected a registered {registry.kind} name, got {show(name)}")
+    try:
+        cls = registry.entry(name, f"{key}.name").config_cls
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+    return cls or default_cls
+
+
+def build_config(raw: dict[str, Any]) -> RunConfig:
+    """Validate plain config data (a resolved Hydra config) into a ``RunConfig``.
+
+    Raises ``ConfigError`` naming the key and the value for: unknown keys, wrong types, unknown
+    registry names, unknown stop keys, impossible batch arithmetic and algo/loss mismatches.
+    Registries must already hold plugins (``registry.load_plugins``).
+    """
+    load_builtins()  # the names below are checked against the registries (user plugins: the caller's)
+    raw = dict(raw)
+    sections: dict[str, Any] = {}
+    for key, registry, base in (("algo", ALGOS, AlgoConfig), ("loss", LOSSES, LossConfig),
+                                ("model", MODELS, ModelConfig)):
+        section = raw.pop(key, None)
+        if section is None:  # the schema's defaults; the loss follows the algorithm
+            section = {"name": _default_loss(sections["algo"].name) if key == "loss" else base().name}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{key}: expected a mapping with a 'name', got {show(section)}")
+        sections[key] = from_dict(_schema(registry, section, key, base), section, key)
+    if "stop" in raw:
+        raw["stop"] = normalize_stop(raw["stop"])
+    cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
+    return check_config(cfg)
+
+
+def _default_loss(algo_name: str) -> str:
+    return str(ALGOS.get(algo_name, "algo.name").default_loss)
+
+
+def normalize_stop(stop: Any) -> dict[str, float]:
+    """Flatten ``{rollout: {episode_return_mean: 475}}`` to ``{"rollout/episode_return_mean": 475}``.
+
+    Both spellings are accepted so that ``+stop.rollout.episode_return_mean=400`` works from the
+    command line (Hydra's override grammar has no ``/`` in keys).
+    """
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        for k, v in node.items():
+            name = f"{prefix}/{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                walk(name, v)
+            elif v is None:
+                continue  # `stop.timesteps_total=null` removes a criterion
+            elif isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f"stop.{name}: expected a number, got {show(v)}")
+            elif name in out and out[name] != v:
+                raise ConfigError(
+                    f"stop.{name}: given twice with different values ({out[name]:g} and {v:g}); to change a "
+                    f"threshold set in YAML use '++stop={{{name}: {v:g}}}'"
+                )
+            else:
+                out[name] = float(v)
+
+    if not isinstance(stop, dict):
+        raise ConfigError(f"stop: expected a mapping of criteria, got {show(stop)}")
+    walk("", stop)
+    return out
+
+
+def check_config(cfg: RunConfig) -> RunConfig:
+    """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit,
+    value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
+    check_domains(cfg)
+    _check_run_values(cfg)
+    cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
+    for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
+                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, check_offline_config,
+                  check_server_config, _check_minari_output):
+        check(cfg)
+    r = cfg.rollout
+    check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
+    return cfg
+
+
+def _check_minari_output(cfg: RunConfig) -> None:
+    """``output: minari:<id>``: a well-formed id that no local dataset has yet."""
+    if cfg.output is not None and cfg.output.startswith(MINARI):
+        from rlrun.data.minari import check_output
+
+        check_output(cfg.output)
+
+
+def _check_names(cfg: RunConfig) -> None:
+    from rlrun.envs.make import check_env_config, check_env_id
+
+    algo = ALGOS.get(cfg.algo.name)
+    loss = LOSSES.entry(cfg.loss.name)
+    from rlrun.envs.wrappers import parse_wrappers
+
+    try:
+        if cfg.env.id is not None:
+            check_env_id(cfg.env.id)
+        parse_wrappers(cfg.env.wrappers)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+    check_env_config(cfg)
+    for i, name in enumerate(cfg.callbacks):
+        try:
+            CALLBACKS.entry(name, f"callbacks[{i}]")
+        except RegistryError as e:
+            raise ConfigError(str(e)) from None
+    provided = set(algo.provides_columns)  # the loss needs columns that the algo's postprocessing produces
+    missing = [c for c in loss.info.get("requires", ()) if c not in provided]
+    if missing:
+        raise ConfigError(
+            f"loss.name: loss '{cfg.loss.name}' needs batch columns {missing} that algo "
+            f"'{cfg.algo.name}' does not produce (it produces {sorted(provided)}). "
+            f"Pick a loss made for '{cfg.algo.name}', e.g. loss={algo.default_loss}"
+        )
+
+
+def known_stop_keys(cfg: RunConfig) -> list[str]:
+    """Counters plus every metric this run reports (its algo's and its loss's included)."""
+    algo = ALGOS.get(cfg.algo.name)
+    loss = LOSSES.entry(cfg.loss.name)
+    ma = cfg.multiagent
+    learned = learned_policies(cfg)
+    metrics = reported_metrics(algo.metrics, loss.info.get("terms", ()), loss.info.get("stats", ()), ma.policies,
+                               learned)
+    ope = [f"ope/{m}/{k}" for m in cfg.offline.evaluation for k in OPE_FIELDS]
+    return sorted({*STOP_COUNTERS, *metrics, *ope})
+
+
+def _check_stop(cfg: RunConfig) -> None:
+    if not cfg.stop:
+        raise ConfigError(f"stop: no stop criterion; set at least one of {', '.join(STOP_COUNTERS)}")
+    known = known_stop_keys(cfg)
+    for key, value in cfg.stop.items():
+        if key not in known and not _is_custom_metric(cfg, key):
+            raise ConfigError(
+                f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
+                f"{suggest(key, known)}. Stop keys: {', '.join(known)}"
+            )
+        if math.isnan(value) or (key in STOP_COUNTERS and not math.isfinite(value)):
+            raise ConfigError(f"stop.{key}: must be a finite number, got {value!r}")
+        if key in STOP_COUNTERS and value <= 0:
+            raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
+    objective = cfg.objective
+    if objective not in known and objective not in TARGET_OBJECTIVES and not _is_custom_metric(cfg, objective):
+        raise ConfigError(f"objective: '{objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
+                          f"{suggest(objective, known)} (or steps_to_target, time_to_target)")
+
+
+def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
+    """``custom/<name>_mean|_min|_max``: what callbacks report (names known only at run time)."""
+    return bool(cfg.callbacks) and key.startswith("custom/") and key.endswith(("_mean", "_min", "_max"))
+
+
+def _check_batch_arithmetic(cfg: RunConfig) -> None:
+    r, a = cfg.rollout, cfg.algo
+    if parse_input(cfg.input) != [(SAMPLER, 1.0)]:  # rows read from files (a mix samples whole rounds)
+        return
+    workers = max(r.num_workers, 1)
+    for key in ("rollout_fragment_length", "num_envs_per_worker"):
+        if int(getattr(r, key)) < 1:
+            raise ConfigError(f"rollout.{key}: must be at least 1, got {getattr(r, key)}")
+    round_size = int(r.rollout_fragment_length) * int(r.num_envs_per_worker) * workers
+    formula = (f"rollout_fragment_length x num_envs_per_worker x max(num_workers, 1) = "
+               f"{r.rollout_fragment_length} x {r.num_envs_per_worker} x {workers} = {round_size}")
+    if a.train_batch_size % round_size:
+        lo = a.train_batch_size // round_size * round_size
+        fits = " or ".join(str(x) for x in (lo, lo + round_size) if x > 0)
+        hints = [f"algo.train_batch_size={fits}"]
+        for key, other in (("rollout_fragment_length", r.num_envs_per_worker),
+                           ("num_envs_per_worker", r.rollout_fragment_length)):
+            if a.train_batch_size % (int(other) * workers) == 0:  # "auto" sizes this one to the batch
+                hints.append(f"rollout.{key}=auto (= {a.train_batch_size // (int(other) * workers)})")
+        raise ConfigError(
+            f"algo.train_batch_size: {a.train_batch_size} is not a multiple of one sampling round, {formula}; "
+            f"use {' or '.join(hints)}"
+        )
+    mb = a.sgd_minibatch_size
+    if mb is not None and not 1 <= mb <= a.train_batch_size:
+        raise ConfigError(
+            f"algo.sgd_minibatch_size: {mb} must be between 1 and algo.train_batch_size={a.train_batch_size}"
+        )
+
+
+def _check_algo_values(cfg: RunConfig) -> None:
+    a = cfg.algo
+    if a.num_sgd_iter < 1:
+        raise ConfigError(f"algo.num_sgd_iter: must be at least 1, got {a.num_sgd_iter}")
+    if a.lr <= 0:
+        raise ConfigError(f"algo.lr: must be positive, got {a.lr:g}")
+    if not 0.0 <= a.gamma <= 1.0:
+        raise ConfigError(f"algo.gamma: must be in [0, 1], got {a.gamma:g}")
+    if a.lr_schedule is None:
+        return
+    steps = [p[0] for p in a.lr_schedule]
+    if any(len(p) != 2 for p in a.lr_schedule) or steps != sorted(steps) or not steps:
+        raise ConfigError(
+            f"algo.lr_schedule: expected [[env_step, lr], ...] with increasing env steps, got {a.lr_schedule}"
+        )
+    if any(p[1] < 0 for p in a.lr_schedule):
+        raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
+    if steps[0] <= 0 and a.lr_schedule[0][1] != a.lr:  # the schedule would silently replace algo.lr
+        raise ConfigError(
+            f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
+            "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
+        )
+
+
+def _check_recurrent(cfg: RunConfig) -> None:
+    if MODELS.entry(cfg.model.name).info.get("recurrent") and not getattr(ALGOS.get(cfg.algo.name), "recurrent", False):
+        able = [n for n in ALGOS.names() if getattr(ALGOS.get(n), "recurrent", False)]
+        raise ConfigError(f"model.name: '{cfg.model.name}' is a recurrent model, and algo '{cfg.algo.name}' cannot "
+                          f"carry its state through its data path; recurrent models train with {', '.join(able)}")
+
+
+def _check_plugin_rules(cfg: RunConfig) -> None:
+    """Checks a registry entry brings along (``validate=`` at registration): e.g. a model's activation."""
+    for key, registry, section in (("algo", ALGOS, cfg.algo), ("loss", LOSSES, cfg.loss), ("model", MODELS, cfg.model)):
+        validate = registry.entry(section.name).info.get("validate")
+        if validate is None:
+            continue
+        problem = validate(section)
+        if problem:
+            raise ConfigError(f"{key}.{problem}")
+
+
+def _check_optimizer(cfg: RunConfig) -> None:
+    from rlrun.policy.optim import check_optimizer_kwargs
+
+    try:
+        check_optimizer_kwargs(cfg.algo.optimizer.name, cfg.algo.optimizer.kwargs)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _check_run_values(cfg: RunConfig) -> None:
+    r = cfg.rollout
+    checks = [
+        (cfg.algo.train_batch_size >= 1, f"algo.train_batch_size: must be at least 1, got {cfg.algo.train_batch_size}"),
+        (r.num_workers >= 0, f"rollout.num_workers: must be 0 (in-process) or more, got {r.num_workers}"),
+        (r.num_cpus_per_worker > 0, f"rollout.num_cpus_per_worker: must be positive, got {r.num_cpus_per_worker:g}"),
+        (r.max_worker_restarts >= 0, f"rollout.max_worker_restarts: must be 0 or more, got {r.max_worker_restarts}"),
+        (cfg.checkpoint.every_n_iters >= 0 and cfg.checkpoint.keep_last >= 1,
+         f"checkpoint: every_n_iters must be >= 0 and keep_last >= 1, got every_n_iters="
+         f"{cfg.checkpoint.every_n_iters}, keep_last={cfg.checkpoint.keep_last}"),
+        (cfg.evaluation.interval >= 0 and cfg.evaluation.num_episodes >= 1 and cfg.evaluation.num_envs >= 1,
+         f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={cfg.evaluation.interval}, "
+         f"num_episodes={cfg.evaluation.num_episodes}, num_envs={cfg.evaluation.num_envs}"),
+        (cfg.torch_threads >= 1, f"torch_threads: must be at least 1, got {cfg.torch_threads}"),
+        (r.observation_filter_clip > 0, f"rollout.observation_filter_clip: must be positive, got "
+                                        f"{r.observation_filter_clip:g}"),
+        (r.ray.num_cpus is None or r.ray.num_cpus >= 1,
+         f"rollout.ray.num_cpus: must be at least 1 or null, got {r.ray.num_cpus}"),
+        (r.ray.num_cpus is None or r.ray.address is None,
+         f"rollout.ray.num_cpus: {r.ray.num_cpus} sizes a private Ray instance, but rollout.ray.address="
+         f"'{r.ray.address}' joins an existing cluster; set one of them to null"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def resolve_auto_sizes(r: RolloutConfig, train_batch_size: int) -> RolloutConfig:
+    """A copy of ``r`` with ``auto`` in num_envs_per_worker or rollout_fragment_length replaced so that
+    one sampling round, fragment x envs x max(workers, 1), is exactly ``train_batch_size``."""
+    frag, envs = r.rollout_fragment_length, r.num_envs_per_worker
+    workers = max(r.num_workers, 1)
+    if frag == "auto" and envs == "auto":
+        raise ConfigError("rollout.rollout_fragment_length and rollout.num_envs_per_worker are both 'auto'; "
+                          "set one of them to a number")
+    for key, other_key, other in (("rollout_fragment_length", "num_envs_per_worker", envs),
+                                  ("num_envs_per_worker", "rollout_fragment_length", frag)):
+        if getattr(r, key) != "auto":
+            continue
+        assert isinstance(other, int)
+        per = other * workers
+        if other < 1 or train_batch_size % per:
+            raise ConfigError(
+                f"rollout.{key}: 'auto' needs algo.train_batch_size ({train_batch_size}) to be a multiple of "
+                f"{other_key} x max(num_workers, 1) = {other} x {workers} = {per}"
+            )
+        size = train_batch_size // per
+        return replace(r, rollout_fragment_length=size) if key == "rollout_fragment_length" \
+            else replace(r, num_envs_per_worker=size)
+    return r
