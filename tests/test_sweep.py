@@ -26,7 +26,7 @@ def _store(d):
 def _sweep_runs(client, experiment="ppo_cartpole"):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id])
-    parents = [r for r in runs if r.data.tags.get("rlrun.app.sweep") == "true"]
+    parents = [r for r in runs if r.data.tags.get("rlrun.sweep") == "true"]
     assert len(parents) == 1, [r.info.run_name for r in runs]
     parent = parents[0]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]

@@ -45,7 +45,7 @@ def one_sweep(launcher: str) -> dict[str, object]:
             raise SystemExit(f"{launcher} sweep failed:\n{p.stderr[-3000:]}")
         client = MlflowClient(tracking_uri=f"sqlite:///{d}/mlflow.db")
         runs = client.search_runs([client.get_experiment_by_name("ppo_cartpole").experiment_id])
-        parents = [r for r in runs if r.data.tags.get("rlrun.app.sweep") == "true"]
+        parents = [r for r in runs if r.data.tags.get("rlrun.sweep") == "true"]
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
         structure = (f"{len(parents)} parent ({parents[0].info.status if parents else '-'}), {len(children)} children "
                      f"({', '.join(sorted({c.info.status for c in children}))})")

@@ -159,7 +159,7 @@ def _create_parent(config: DictConfig, target: tuple[str, str, str | None], swee
     overrides = list(config.hydra.overrides.task)
     hc = config.hydra
     tags = {
-        "rlrun.app.sweep": "true", "rlrun.sweep_dir": str(sweep_dir.resolve()),
+        "rlrun.sweep": "true", "rlrun.sweep_dir": str(sweep_dir.resolve()),
         "rlrun.sweep_overrides": " ".join(overrides)[:5000],
         "rlrun.launcher": str(hc.launcher.get("_target_", "")), "rlrun.sweeper": str(hc.sweeper.get("_target_", "")),
         "mlflow.note.content": f"Sweep `rlrun -m {' '.join(overrides)}`; jobs are the child runs. "

@@ -214,7 +214,7 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
             input_example=example, signature=infer_signature(example, out),
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
             metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.label,
-                      "rlrun.training.checkpoint": Path(checkpoint_dir).name, "rlrun.policy_id": policy_id},
+                      "rlrun.checkpoint": Path(checkpoint_dir).name, "rlrun.policy_id": policy_id},
         )
     return f"runs:/{run_id}/{name}"
 
