@@ -30,7 +30,7 @@ _EXPORTS = {
     "ALGOS": "rlrun.core.registry", "CALLBACKS": "rlrun.core.registry", "DISTRIBUTIONS": "rlrun.core.registry",
     "ENVS": "rlrun.core.registry", "HEURISTICS": "rlrun.core.registry", "LOSSES": "rlrun.core.registry",
     "MODELS": "rlrun.core.registry", "OPTIMIZERS": "rlrun.core.registry", "POLICY_MAPPINGS": "rlrun.core.registry",
-    "WRAPPERS": "rlrun.core.registry", "SOURCES": "rlrun.core.registry",
+    "WRAPPERS": "rlrun.core.registry", "SOURCES": "rlrun.core.registry", "HOOKS": "rlrun.core.registry",
     # config schemas a plugin extends
     "AlgoConfig": "rlrun.config.schemas", "LossConfig": "rlrun.config.schemas", "ModelConfig": "rlrun.config.schemas",
     "RunConfig": "rlrun.config.schemas", "ConfigError": "rlrun.config.typed",
@@ -44,7 +44,7 @@ _EXPORTS = {
     "make_policy": "rlrun.algos.algorithm", "COLLECTED_COLUMNS": "rlrun.algos.algorithm",
     # experience sources and callbacks
     "ExperienceSource": "rlrun.sources.source", "SourceContext": "rlrun.sources.source",
-    "Callbacks": "rlrun.sources.callbacks",
+    "Callbacks": "rlrun.sources.callbacks", "IterationHook": "rlrun.training.hooks",
     # running: from a script, and the external-application client
     "run": "rlrun.app.runner", "make_trainer": "rlrun.app.runner", "compose": "rlrun.app.compose",
     "PolicyClient": "rlrun.app.client", "RunFinished": "rlrun.app.client",

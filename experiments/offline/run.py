@@ -255,7 +255,7 @@ t.sample_batch()
 t0 = time.perf_counter(); n = 0
 for _ in range(600):  # ~300k env steps: a few seconds, long enough for this shared machine's noise
     n += len(t.sample_batch())
-for w in t.writers.values():
+for w in t.experience.writers.values():
     w.close()
 print(json.dumps({"steps_per_s": n / (time.perf_counter() - t0)}))
 t.stop()

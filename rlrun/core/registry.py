@@ -109,3 +109,5 @@ CALLBACKS: Registry[Any] = Registry("callbacks")  # Callbacks subclasses for `ca
 # `input: <name>`: factories (SourceContext) -> ExperienceSource (rlrun/sources/source.py); info: `prefix`
 # (an input entry starting with it selects the source, e.g. "minari:"), `check` (entry, key) before compute
 SOURCES: Registry[Any] = Registry("experience source")
+# after each training iteration (rlrun/training/hooks.py): factories (Trainer) -> hook or None; info: `order`
+HOOKS: Registry[Any] = Registry("trainer hook")

@@ -24,6 +24,7 @@ from torch import nn
 
 from rlrun.config.offline import MINARI, input_files, parse_input
 from rlrun.config.typed import ConfigError
+from rlrun.core.registry import HOOKS
 from rlrun.data.batch import SampleBatch, concat_samples
 from rlrun.data.estimators import NEEDS_Q, Episode, estimate
 from rlrun.data.parquet import ACTION_PROB, DataError, batch_from_table, read_meta
@@ -172,4 +173,25 @@ def check_evaluation_data(cfg: Any, action_space: gym.Space) -> None:
         OffPolicyEvaluator(cfg, action_space)
 
 
+class OffPolicyEstimationHook:
+    """``offline.evaluation``: every ``offline.evaluation_interval`` iterations, ``ope/<method>/*`` for
+    the default policy on the held-out episodes."""
 
+    def __init__(self, evaluator: OffPolicyEvaluator, interval: int) -> None:
+        self.evaluator, self.interval = evaluator, interval
+
+    def after_iteration(self, trainer: Any, result: dict[str, float]) -> None:
+        if trainer.iteration % self.interval == 0:
+            result.update(self.evaluator.evaluate(trainer.policy))
+
+    def close(self) -> None:
+        pass
+
+
+@HOOKS.register("off_policy_estimation", order=20)
+def off_policy_estimation_hook(trainer: Any) -> OffPolicyEstimationHook | None:
+    cfg = trainer.cfg
+    if not cfg.offline.evaluation:
+        return None
+    evaluator = OffPolicyEvaluator(cfg, trainer.workers.local_worker.action_space)
+    return OffPolicyEstimationHook(evaluator, cfg.offline.evaluation_interval)

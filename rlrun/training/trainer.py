@@ -1,7 +1,8 @@
 """Trainer: coordinates one training iteration, the same for every algorithm.
 
-    sample from every worker until train_batch_size env steps -> concat -> for each policy to
-    train: algorithm.learn(policy, batch) -> sync weights -> result dict (counters + metrics)
+    experience (workers, other sources) until train_batch_size rows -> for each policy to train:
+    algorithm.learn(policy, batch) -> sync weights -> result dict (counters + metrics) -> hooks
+    (evaluation, off-policy estimates, callbacks: rlrun/training/hooks.py)
 
 An algorithm changes what happens through its ``Algorithm`` hooks (rlrun/algos/algorithm.py), never by
 subclassing the Trainer. The Trainer owns the counters and the episode window; each Policy owns its
@@ -22,18 +23,18 @@ import torch
 
 from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.config.multi_agent import policies_to_train
-from rlrun.config.offline import SAMPLER, parse_input
 from rlrun.config.schemas import RunConfig
 from rlrun.core.metrics import EPISODE_WINDOW, mean_min_max, per_policy
-from rlrun.data.batch import MultiAgentBatch, concat_samples
-from rlrun.data.parquet import DatasetWriter
-from rlrun.envs.make import env_from_config
+from rlrun.data.batch import MultiAgentBatch
 from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
 from rlrun.sources.callbacks import CallbackList, custom_metric_summary
-from rlrun.sources.offline_input import Experience, make_writers
+from rlrun.sources.offline_input import Experience
 from rlrun.sources.rollout_worker import make_policy_factory
 from rlrun.sources.worker_set import WorkerSet
-from rlrun.training.evaluation import EvalResult, evaluate
+from rlrun.training import ope  # noqa: F401  (registers its hook)
+from rlrun.training.evaluation import EvalResult
+from rlrun.training.evaluator import Evaluator
+from rlrun.training.hooks import IterationHook, build_hooks
 
 
 class Trainer:
@@ -45,29 +46,22 @@ class Trainer:
         self.algorithm = get_algorithm(cfg.algo.name)
         self.policy_factory = make_policy_factory(cfg, launch_dir)
         self.workers = WorkerSet(cfg, self.policy_factory)
-        self.policies: PolicyMap = self.workers.local_worker.policy_map  # the learner's policies
+        local = self.workers.local_worker
+        self.policies: PolicyMap = local.policy_map  # the learner's policies
         self.multi_agent = bool(cfg.multiagent.policies)
         self.policies_to_train: list[str] = policies_to_train(cfg) if self.multi_agent else list(self.policies)
-        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies}
+        self.callbacks: CallbackList = local.callbacks  # one instance with the local worker
+        obs_space, action_space = (None, None) if self.multi_agent else (local.obs_space, local.action_space)
+        self.experience = Experience(cfg, self._sample, self.policies, obs_space, action_space, self.multi_agent)
+        self.evaluator = Evaluator(cfg, self.policies, self.multi_agent)
         self.iteration = 0
         self.timesteps_total = 0
         self.episodes_total = 0
         self.time_total_s = 0.0
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
-        self._eval_env: Any = None
-        self.callbacks: CallbackList = self.workers.local_worker.callbacks  # one instance with the local worker
-        self.experience: Experience | None = None  # `input` other than the sampler: files (rlrun/offline/)
-        if parse_input(cfg.input) != [(SAMPLER, 1.0)]:
-            w = self.workers.local_worker
-            self.experience = Experience(cfg, self._sample, self.policy, w.obs_space, w.action_space)
-        self.ope: Any = None  # off-policy estimators on held-out episodes (offline.evaluation)
-        if cfg.offline.evaluation:
-            from rlrun.training.ope import OffPolicyEvaluator
-
-            self.ope = OffPolicyEvaluator(cfg, self.workers.local_worker.action_space)
-        self.writers: dict[str, DatasetWriter] = \
-            make_writers(cfg, self.policies, self.multi_agent) if cfg.output is not None else {}
+        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies}
+        self.hooks: list[IterationHook] = build_hooks(self)  # evaluation, off-policy estimates, callbacks, ...
 
     @property
     def policy(self) -> Policy:
@@ -76,28 +70,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ the iteration
     def sample_batch(self) -> Any:
-        """``train_batch_size`` rows from the run's ``input``: fragments from all workers (multi-agent:
-        env or agent steps, ``multiagent.count_steps_by``; each fragment may hold up to num_envs - 1
-        extra rows, and exact counts are reported), rows read from files, or both. A SampleBatch, or a
-        MultiAgentBatch in a multi-agent run. Sampled fragments go to the ``output`` writers."""
-        batch: Any
-        if self.experience is not None:
-            batch, sampled = self.experience.next_batch(self.config.train_batch_size)
-        else:
-            sampled = self._sample(self.config.train_batch_size)
-            batch = MultiAgentBatch.concat(sampled) if self.multi_agent else concat_samples(sampled)  # type: ignore[arg-type]
-        if self.writers:
-            self._record(sampled)
-        return batch
-
-    def _record(self, sampled: list[Any]) -> None:
-        for b in sampled:
-            if self.multi_agent:
-                for pid, writer in self.writers.items():
-                    if pid in b.policy_batches:
-                        writer.write(b[pid])
-            else:
-                self.writers[DEFAULT_POLICY_ID].write(b)
+        """``train_batch_size`` rows from the run's ``input`` (rlrun/sources/offline_input.py):
+        fragments from all workers (multi-agent: env or agent steps, ``multiagent.count_steps_by``;
+        each fragment may hold up to num_envs - 1 extra rows, and exact counts are reported), rows of
+        other experience sources, or both. A SampleBatch, or a MultiAgentBatch in a multi-agent run."""
+        return self.experience.next_batch(self.config.train_batch_size)[0]
 
     def _sample(self, rows: int) -> list[Any]:
         """Fragments from the workers until they hold at least ``rows`` steps."""
@@ -163,16 +140,11 @@ class Trainer:
             "time/iteration_s": t3 - t0,
             **self._worker_metrics(),
             **custom_metric_summary(episodes.custom or {}),
-            **(self.experience.metrics() if self.experience is not None else {}),
+            **self.experience.metrics(),
             **stats,
         }
-        ev = self.cfg.evaluation
-        if ev.interval and self.iteration % ev.interval == 0:
-            result.update(self.evaluate().metrics())
-        if self.ope is not None and self.iteration % self.cfg.offline.evaluation_interval == 0:
-            result.update(self.ope.evaluate(self.policy))
-        if self.callbacks:
-            self.callbacks.call("on_train_result", trainer=self, result=result)
+        for hook in self.hooks:
+            hook.after_iteration(self, result)
         return result
 
     def _policy_metrics(self, new: dict[str, list[float]], batch: MultiAgentBatch) -> dict[str, float]:
@@ -193,17 +165,8 @@ class Trainer:
                 "workers/num_dropped_fragments": w.num_dropped_fragments, **w.extra_metrics()}
 
     def evaluate(self) -> EvalResult:
-        """Greedy episodes with the current policy on separate, reused envs."""
-        ev = self.cfg.evaluation
-        if self.multi_agent:
-            from rlrun.training.ma_evaluation import evaluate_multi_agent
-
-            return evaluate_multi_agent(self.policies, self.cfg, ev.num_episodes, self.cfg.seed)
-        if self._eval_env is None:
-            n = max(1, min(ev.num_envs, ev.num_episodes))
-            e = self.cfg.env
-            self._eval_env = env_from_config(e, n)
-        return evaluate(self.policy, self.cfg.env, ev.num_episodes, ev.num_envs, self.cfg.seed, self._eval_env)
+        """Greedy episodes with the current policies on separate, reused envs."""
+        return self.evaluator.evaluate()
 
     def _add_episodes(self, returns: Iterable[float], lengths: Iterable[int]) -> None:
         for r, n in zip(returns, lengths, strict=True):
@@ -259,8 +222,8 @@ class Trainer:
         not that the run is over)."""
         if not finished:
             self.workers.mark_interrupted()
-        for writer in self.writers.values():
-            writer.close()
-        if self._eval_env is not None:
-            self._eval_env.close()
+        self.experience.close()
+        for hook in self.hooks:
+            hook.close()
+        self.evaluator.close()
         self.workers.stop()

@@ -112,8 +112,8 @@ def check_config(cfg: RunConfig) -> RunConfig:
     _check_run_values(cfg)
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
-                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, check_offline_config,
-                  check_server_config, _check_minari_output):
+                  _check_plugin_rules, _check_recurrent, check_multi_agent_config, _check_minari_output,
+                  check_offline_config, check_server_config):
         check(cfg)
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
@@ -121,8 +121,9 @@ def check_config(cfg: RunConfig) -> RunConfig:
 
 
 def _check_minari_output(cfg: RunConfig) -> None:
-    """``output: minari:<id>``: a well-formed id that no local dataset has yet."""
-    if cfg.output is not None and cfg.output.startswith(MINARI):
+    """``output: minari:<id>``: a well-formed id that no local dataset has yet (before the other output
+    checks; a multi-agent run's Minari output is refused by ``check_offline_config``)."""
+    if cfg.output is not None and cfg.output.startswith(MINARI) and not cfg.multiagent.policies:
         from rlrun.data.minari import check_output
 
         check_output(cfg.output)
