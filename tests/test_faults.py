@@ -75,7 +75,7 @@ def test_group_sigkill_with_the_writer_leaves_nothing_running_and_resume_fills_t
     proc = _start(LONG, tmp_path, start_new_session=True)
     _wait_for_checkpoint(tmp_path, proc)
     time.sleep(2.0)
-    writers = [c for c in psutil.Process(proc.pid).children() if "mlflow_writer" in " ".join(c.cmdline())]
+    writers = [c for c in psutil.Process(proc.pid).children() if "rlrun.tracking.writer" in " ".join(c.cmdline())]
     assert writers
     os.killpg(proc.pid, signal.SIGKILL)  # a scheduler / the OOM killer: the whole process group ...
     for w in writers:

@@ -123,7 +123,7 @@ def sigterm(p: subprocess.Popen[str]) -> None:
 
 
 def group_kill(p: subprocess.Popen[str]) -> None:
-    writers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "mlflow_writer"], capture_output=True, text=True)
+    writers = subprocess.run(["pgrep", "-P", str(p.pid), "-f", "rlrun.tracking.writer"], capture_output=True, text=True)
     os.killpg(p.pid, signal.SIGKILL)
     for pid in writers.stdout.split():
         os.kill(int(pid), signal.SIGKILL)  # the writer too: nothing it had not written is confirmed

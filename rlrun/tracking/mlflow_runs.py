@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,9 +50,27 @@ def open_store(uri: str) -> Any:
     for name in ("mlflow.store.db.utils", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     with store_lock(uri):
+        if uri.startswith("sqlite:///"):
+            _create_sqlite_store(Path(uri[len("sqlite:///"):]))
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # creates / migrates the schema now, under the lock
     return client
+
+
+def _create_sqlite_store(path: Path) -> None:
+    """A new SQLite store is created and migrated under a temporary name, then renamed into place:
+    MLflow's first-time migrations take seconds and commit step by step, so a kill of the writer
+    among them (a process-group SIGKILL a few seconds into a run) would otherwise leave a
+    half-migrated store that every later run refuses ("table ... already exists"). Under ``store_lock``."""
+    if path.exists():
+        return
+    from mlflow.tracking import MlflowClient
+
+    tmp = path.with_name(path.name + ".creating")
+    for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):  # of a creation that was killed
+        leftover.unlink(missing_ok=True)
+    MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+    os.replace(tmp, path)
 
 
 # MLflow 3's UI opens an experiment in its GenAI view (traces, token usage) unless this tag says otherwise

@@ -26,7 +26,7 @@ class RunJobs:
     init: msg.Init
     client: Any
     reply: Reply
-    shared: Any  # mlflow_writer._Shared: its lock, warm_up(model)
+    shared: Any  # rlrun.tracking.writer._Shared: its lock, warm_up(model)
     detached: threading.Event  # the trainer has returned without waiting: errors go to stderr
     run_id: str | None = None
     failed: bool = False  # a job failed: a pending record (End.pending_file) stays for rlrun-wait
