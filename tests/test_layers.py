@@ -75,6 +75,15 @@ def test_no_module_imports_from_a_higher_layer():
     assert not bad, "imports that climb up the layers:\n" + "\n".join(bad)
 
 
+def test_every_import_names_an_existing_module():
+    """A function-level import of a module that moved away fails only when that line runs: caught here."""
+    known = modules()
+    missing = [f"{path.relative_to(RLRUN.parent)}:{line}: {module} imports {target}, which does not exist"
+               for module, path in sorted(known.items()) for line, target in imported(module, path, known)
+               if target not in known]
+    assert not missing, "\n".join(missing)
+
+
 def test_the_check_names_an_upward_import(tmp_path, monkeypatch):
     """The check itself can fail: an import of the app layer from core is reported with file and line."""
     fake = tmp_path / "rlrun"

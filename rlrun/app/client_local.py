@@ -13,9 +13,9 @@ import torch
 from rlrun.data.spaces import space_from_json
 from rlrun.policy.policy import DEFAULT_POLICY_ID
 from rlrun.sources.plugins import load_builtins
-from rlrun.sources.rollout_worker import make_policy_factory
 from rlrun.sources.serving.local import act_one
 from rlrun.sources.serving.wire import decode_array
+from rlrun.sources.worker_base import make_policy_factory
 from rlrun.training.validate import build_config
 
 

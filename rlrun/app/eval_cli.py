@@ -182,7 +182,7 @@ def record_video(policies: dict[str, Any], cfg: Any, args: EvalArgs) -> tuple[li
     env = make_render_env(cfg.env.id, cfg.env.kwargs, bool(cfg.multiagent.policies), cfg.env.wrappers)
     try:
         if cfg.multiagent.policies:
-            from rlrun.training.ma_evaluation import evaluate_multi_agent
+            from rlrun.training.evaluation import evaluate_multi_agent
 
             frames: list[np.ndarray] = []
             returns = evaluate_multi_agent(policies, cfg, args.render_episodes, args.seed, env, frames,
@@ -239,7 +239,7 @@ def _logged_run(info: dict[str, Any], path: Path, uri: str) -> str | None:
 
 def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
     from rlrun.tracking.tracker import default_tracking_uri
-    from rlrun.training.evaluation import evaluate
+    from rlrun.training.evaluation import evaluate_run
     from rlrun.training.export import describe, load_policies
 
     with tempfile.TemporaryDirectory(prefix="rlrun-eval-") as tmp:
@@ -255,12 +255,8 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         uri = args.tracking_uri or cfg.tracking.tracking_uri or uri
         if args.output:
             res = _record(args, policies, cfg)
-        elif cfg.multiagent.policies:
-            from rlrun.training.ma_evaluation import evaluate_multi_agent
-
-            res = evaluate_multi_agent(policies, cfg, args.episodes, args.seed, explore=args.explore)
         else:
-            res = evaluate(loaded.policy, cfg.env, args.episodes, args.num_envs, args.seed, explore=args.explore)
+            res = evaluate_run(policies, cfg, args.episodes, args.num_envs, args.seed, explore=args.explore)
         info = {**about, "checkpoint": str(path), **res.metrics(), "returns": res.returns}
         kind = "sampled-action" if args.explore else "greedy"
         print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "

@@ -36,7 +36,7 @@ def default_output_dir(launch: Path) -> Path:
 def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path) -> None:
     """Load the checkpoint's state into policies built from ``cfg`` (no workers, no Ray) and check its
     counters, so that a checkpoint that cannot be resumed is refused before anything starts."""
-    from rlrun.sources.rollout_worker import make_policy_factory
+    from rlrun.sources.worker_base import make_policy_factory
 
     state = ckpt.state
     try:

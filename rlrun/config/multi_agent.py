@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from rlrun.config.typed import ConfigError, from_dict
 from rlrun.core.errors import suggest
+from rlrun.core.metrics import DEFAULT_POLICY_ID
 from rlrun.core.registry import ALGOS, ENVS, HEURISTICS, LOSSES, MODELS, POLICY_MAPPINGS, RegistryError
 
 PETTINGZOO = "pettingzoo:"
@@ -53,7 +54,11 @@ def learned_policies(cfg: Any) -> list[str]:
 
 
 def policies_to_train(cfg: Any) -> list[str]:
+    """The policies that learn: ``multiagent.policies_to_train``, else every learned one; a
+    single-agent run's is its one default policy."""
     ma = cfg.multiagent
+    if not ma.policies:
+        return [DEFAULT_POLICY_ID]
     return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
 
 
@@ -88,6 +93,9 @@ def check_multi_agent_config(cfg: Any) -> None:
                               "(and policy_mapping), e.g. +experiment=ppo_multi_cartpole")
         return
     ids = list(ma.policies)
+    if DEFAULT_POLICY_ID in ids:
+        raise ConfigError(f"multiagent.policies.{DEFAULT_POLICY_ID}: the id of a single-agent run's policy; "
+                          "name the policies of a multi-agent run otherwise")
     if cfg.callbacks:  # the multi-agent worker has no per-agent episode objects yet
         raise ConfigError(f"callbacks: {cfg.callbacks} are not supported in multi-agent runs yet "
                           "(multiagent.policies is set); remove them or run single-agent")

@@ -18,6 +18,9 @@ import numpy as np
 # counters of the result dict; a stop criterion on them is a budget, not a target
 STOP_COUNTERS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")
 
+# A single-agent run is the one-policy case of a multi-agent run: its policy map holds this id only, and
+# what is named per policy (learner metrics, ``output`` directories) keeps the run's plain names for it.
+DEFAULT_POLICY_ID = "default_policy"
 ROLLOUT_METRICS = (
     "rollout/episode_return_mean", "rollout/episode_return_min", "rollout/episode_return_max",
     "rollout/episode_len_mean", "rollout/episodes_this_iter", "rollout/env_steps_this_iter",
@@ -63,7 +66,10 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
 
 
 def per_policy(name: str, policy_id: str) -> str:
-    """``train/loss/total`` -> ``train/<policy_id>/loss/total`` (a learner metric of one policy)."""
+    """``train/loss/total`` -> ``train/<policy_id>/loss/total`` (a learner metric of one policy). The
+    default policy (a single-agent run's only one) has the plain names."""
+    if policy_id == DEFAULT_POLICY_ID:
+        return name
     head, _, rest = name.partition("/")
     return f"{head}/{policy_id}/{rest}"
 

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rlrun.core.metrics import DEFAULT_POLICY_ID
+
 
 class SampleBatch(dict[str, np.ndarray]):
     """A dict of equal-length numpy columns; one or more trajectory fragments.
@@ -78,6 +80,18 @@ class SampleBatch(dict[str, np.ndarray]):
     def count(self) -> int:
         """Number of rows (agent steps)."""
         return len(self)
+
+    def env_steps(self) -> int:
+        """Rows; each row is one env step (as ``MultiAgentBatch.env_steps``)."""
+        return len(self)
+
+    def agent_steps(self) -> int:
+        return len(self)
+
+    def as_multi_agent(self) -> MultiAgentBatch:
+        """This batch as the default policy's part of a MultiAgentBatch (a single-agent run is the
+        one-policy case): the rows are shared, not copied."""
+        return MultiAgentBatch({DEFAULT_POLICY_ID: self}, len(self))
 
     @property
     def columns(self) -> list[str]:
@@ -249,6 +263,9 @@ class MultiAgentBatch:
 
     def env_steps(self) -> int:
         return self.count
+
+    def as_multi_agent(self) -> MultiAgentBatch:
+        return self
 
     def agent_steps(self) -> int:
         return sum(len(b) for b in self.policy_batches.values())

@@ -16,19 +16,30 @@ flag) during an episode. Env ids: a name registered with ``ENVS.register(name, m
 ``pettingzoo:pettingzoo.classic.rps_v2`` or ``pettingzoo:mpe2.simple_spread_v3``.
 
 Observations reach policies as float32 arrays: ``Discrete(n)`` observations are one-hot encoded.
+
+Vector envs: many copies of a multi-agent env stepped as one, the interface the rollout worker samples
+from. ``reset(seed) -> (obs, acting)`` and ``step(actions) -> VectorStep``, with every value a dict keyed
+by agent id of arrays over the ``num_envs`` copies (``[C, ...]``). Like gymnasium's vector envs, a
+copy whose episode ended is reset on the *next* step (``stepped`` is False there and no agent of it
+acted), so that the final observations stay readable for one step: an agent that left keeps its
+final observation in ``obs`` until its copy is reset.
+
+Two implementations: ``ParallelEnvs`` steps C PettingZoo-style Parallel envs one by one (any
+multi-agent env), and an env registered with a ``vector=`` factory steps all copies at once in numpy
+(``multi_cartpole``: ``VectorMultiCartPole``; at 64 copies ~4x the agent steps/s of ParallelEnvs,
+see experiments/multi_agent_throughput). ``env.vectorize: sync`` forces ParallelEnvs.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
-from rlrun.config.multi_agent import (
-    PETTINGZOO,
-)
+from rlrun.config.multi_agent import PETTINGZOO
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
@@ -132,3 +143,170 @@ class MultiCartPole:
     def close(self) -> None:
         for pole in self._poles.values():
             pole.close()
+
+
+# --------------------------------------------------------------------------- vector envs
+class VectorStep(NamedTuple):
+    obs: dict[str, np.ndarray]  # [C, *obs_shape] float32: the next observation (final one for a departed agent)
+    rewards: dict[str, np.ndarray]  # [C] float32, 0 where the agent did not act
+    terminateds: dict[str, np.ndarray]  # [C] bool
+    truncateds: dict[str, np.ndarray]  # [C] bool; an agent that left without a flag counts as truncated
+    acting: dict[str, np.ndarray]  # [C] bool: the agent acts in the next step
+    stepped: np.ndarray  # [C] bool: False where the copy was reset instead of stepped
+    episode_end: np.ndarray  # [C] bool: no agent left after this step (the copy resets next step)
+
+
+def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[str, Any] | None = None,
+                                vectorize: str = "auto") -> Any:
+    if env_id is None:
+        return make_multi_agent_env(env_id)  # refuses it
+    kwargs = dict(kwargs or {})
+    vector = ENVS.entry(env_id).info.get("vector") if env_id in ENVS else None
+    if vector is not None and vectorize != "sync":
+        try:
+            return vector(num_envs, **kwargs)
+        except TypeError as e:
+            raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+    return ParallelEnvs([make_multi_agent_env(env_id, kwargs) for _ in range(num_envs)])
+
+
+class ParallelEnvs:
+    """C Parallel-API envs as one vector env (observations through ``ObsAdapter``: float32, one-hot)."""
+
+    def __init__(self, envs: list[Any]) -> None:
+        self.envs = envs
+        self.num_envs = len(envs)
+        self.possible_agents = list(envs[0].possible_agents)
+        self.adapters = {a: ObsAdapter(envs[0].observation_space(a)) for a in self.possible_agents}
+        n = self.num_envs
+        self._obs = {a: np.zeros((n, *ad.space.shape), np.float32) for a, ad in self.adapters.items()}  # type: ignore[misc]
+        self._acting = {a: np.zeros(n, bool) for a in self.possible_agents}
+        self._pending = np.zeros(n, bool)
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self.adapters[agent].space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self.envs[0].action_space(agent)
+
+    def _reset_copy(self, c: int, seed: int | None) -> None:
+        obs, _ = self.envs[c].reset(seed=seed)
+        for a in self.possible_agents:
+            self._acting[a][c] = a in obs
+        for a, o in obs.items():
+            self._obs[a][c] = self.adapters[a](o)
+
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        for c in range(self.num_envs):
+            self._reset_copy(c, None if seed is None else seed + c)
+        self._pending[:] = False
+        return {a: o.copy() for a, o in self._obs.items()}, {a: m.copy() for a, m in self._acting.items()}
+
+    def step(self, actions: Mapping[str, np.ndarray]) -> VectorStep:
+        n, agents = self.num_envs, self.possible_agents
+        rew = {a: np.zeros(n, np.float32) for a in agents}
+        term = {a: np.zeros(n, bool) for a in agents}
+        trunc = {a: np.zeros(n, bool) for a in agents}
+        stepped = ~self._pending
+        end = np.zeros(n, bool)
+        for c in range(n):
+            if self._pending[c]:
+                self._reset_copy(c, None)
+                continue
+            env = self.envs[c]
+            acted = list(env.agents)
+            next_obs, rewards, terms, truncs, _ = env.step({a: actions[a][c] for a in acted})
+            for a, r in rewards.items():
+                rew[a][c] = r
+            for a, o in next_obs.items():
+                self._obs[a][c] = self.adapters[a](o)
+            for a in acted:
+                term[a][c] = bool(terms.get(a, False))
+                trunc[a][c] = not term[a][c] and (bool(truncs.get(a, False)) or a not in env.agents)
+            for a in agents:
+                self._acting[a][c] = a in env.agents
+            end[c] = not env.agents
+        self._pending = end.copy()
+        return VectorStep({a: o.copy() for a, o in self._obs.items()}, rew, term, trunc,
+                          {a: m.copy() for a, m in self._acting.items()}, stepped, end)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class VectorMultiCartPole:
+    """``num_envs`` copies of ``multi_cartpole`` in numpy (CartPole-v1's dynamics, gymnasium 1.x):
+    agent i of every copy is one pole; a fallen (terminated) or 500-step (truncated) pole waits,
+    frozen, until every pole of its copy is done; then the copy resets on the next step."""
+
+    GRAVITY, MASSCART, MASSPOLE, LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    X_LIMIT, THETA_LIMIT, MAX_STEPS = 2.4, 12 * 2 * np.pi / 360, 500
+
+    def __init__(self, num_envs: int, num_agents: int = 4) -> None:
+        self.num_envs = num_envs
+        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
+        high = np.array([self.X_LIMIT * 2, np.finfo(np.float32).max, self.THETA_LIMIT * 2, np.finfo(np.float32).max],
+                        dtype=np.float32)
+        self._obs_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self._action_space = gym.spaces.Discrete(2)
+        self.state = np.zeros((num_envs, num_agents, 4))
+        self.alive = np.zeros((num_envs, num_agents), bool)
+        self.steps = np.zeros((num_envs, num_agents), np.int64)
+        self._pending = np.zeros(num_envs, bool)
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent: str) -> gym.Space:
+        return self._action_space
+
+    def _split(self, arr: np.ndarray) -> dict[str, np.ndarray]:
+        return {a: arr[:, i] for i, a in enumerate(self.possible_agents)}
+
+    def _reset_copies(self, copies: np.ndarray) -> None:
+        self.state[copies] = self._rng.uniform(-0.05, 0.05, (int(copies.sum()), len(self.possible_agents), 4))
+        self.alive[copies] = True
+        self.steps[copies] = 0
+
+    def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        self._rng = np.random.default_rng(seed)
+        self._reset_copies(np.ones(self.num_envs, bool))
+        self._pending[:] = False
+        return self._split(self.state.astype(np.float32)), self._split(self.alive.copy())
+
+    def step(self, actions: Mapping[str, np.ndarray]) -> VectorStep:
+        act = np.stack([np.asarray(actions[a]) for a in self.possible_agents], axis=1)  # [C, N]
+        moving = self.alive & ~self._pending[:, None]
+        x, x_dot, theta, theta_dot = np.moveaxis(self.state, -1, 0)
+        force = np.where(act == 1, self.FORCE, -self.FORCE)
+        cos, sin = np.cos(theta), np.sin(theta)
+        total, pml = self.MASSCART + self.MASSPOLE, self.MASSPOLE * self.LENGTH
+        temp = (force + pml * theta_dot**2 * sin) / total
+        theta_acc = (self.GRAVITY * sin - cos * temp) / (self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * cos**2 / total))
+        x_acc = temp - pml * theta_acc * cos / total
+        new = np.stack([x + self.TAU * x_dot, x_dot + self.TAU * x_acc, theta + self.TAU * theta_dot,
+                        theta_dot + self.TAU * theta_acc], axis=-1)
+        self.state = np.where(moving[..., None], new, self.state)
+        self.steps += moving
+        x, theta = self.state[..., 0], self.state[..., 2]
+        fell = (np.abs(x) > self.X_LIMIT) | (np.abs(theta) > self.THETA_LIMIT)
+        term = moving & fell
+        trunc = moving & ~fell & (self.steps >= self.MAX_STEPS)
+        rew = moving.astype(np.float32)
+        self.alive &= ~(term | trunc)
+        stepped = ~self._pending
+        if self._pending.any():
+            self._reset_copies(self._pending)
+        end = stepped & ~self.alive.any(axis=1)
+        self._pending = end.copy()
+        return VectorStep(self._split(self.state.astype(np.float32)), self._split(rew), self._split(term),
+                          self._split(trunc), self._split(self.alive & ~end[:, None]), stepped, end)
+
+    def close(self) -> None:
+        pass
+
+
+# one env for evaluation, rendering and checks (Parallel API), all copies at once for sampling
+ENVS.add("multi_cartpole", MultiCartPole, multi_agent=True, vector=VectorMultiCartPole)

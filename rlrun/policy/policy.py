@@ -26,6 +26,7 @@ from torch import nn
 
 from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
 from rlrun.core.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
+from rlrun.core.metrics import DEFAULT_POLICY_ID as DEFAULT_POLICY_ID  # re-exported
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
 from rlrun.data.batch import SampleBatch
 from rlrun.data.postprocessing import explained_variance, piecewise
@@ -36,7 +37,6 @@ from rlrun.models.numpy_actor import NumpyActor
 from rlrun.models.sequences import SEQ_ROWS, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
 from rlrun.policy.optim import Optimizer, make_optimizer, set_lr
 
-DEFAULT_POLICY_ID = "default_policy"
 TorchBatch = dict[str, torch.Tensor]
 # Batches that come through Ray's object store are read-only numpy views; learning only reads them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")

@@ -4,7 +4,8 @@
 of one run's ``input`` (rlrun/sources/source.py): a batch of ``train_batch_size`` rows takes
 ``weight x train_batch_size`` rows from each (the workers sample whole rounds, so their share is
 rounded up to a round); it hands every sampled fragment to the ``output`` writers. ``make_writers`` opens the ``output``
-writers: one per policy (a multi-agent run writes ``<output>/<policy id>/``).
+writers: one per learned policy (the default policy of a single-agent run writes ``<output>/``, a named
+policy ``<output>/<policy id>/``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rlrun.algos.algorithm import COLLECTED_COLUMNS, get_algorithm
 from rlrun.config.offline import MINARI, SAMPLER, parse_input, source_name
 from rlrun.core.registry import SOURCES
 from rlrun.core.version import __version__
-from rlrun.data.batch import MultiAgentBatch, SampleBatch, concat_samples
+from rlrun.data.batch import SampleBatch, concat_samples
 from rlrun.data.parquet import ACTION_PROB, REQUIRED_COLUMNS, DatasetWriter
 from rlrun.data.spaces import space_to_json
 from rlrun.policy.policy import DEFAULT_POLICY_ID
@@ -46,20 +47,17 @@ class Experience:
     """Train batches from a run's ``input`` (the rollout workers, registered sources, or a weighted
     mix), and the ``output`` writers that record every sampled fragment."""
 
-    def __init__(self, cfg: Any, sample: Callable[[int], list[Any]], policies: Mapping[str, Any],
-                 obs_space: gym.Space | None, action_space: gym.Space | None, multi_agent: bool = False) -> None:
+    def __init__(self, cfg: Any, sample: Callable[[int], list[Any]], policies: Mapping[str, Any]) -> None:
         self.sample = sample  # rows -> fragments from the workers, at least that many rows
-        self.multi_agent = multi_agent
         sources = parse_input(cfg.input)
         self.sampler_share = sum(w for s, w in sources if s == SAMPLER)
-        policy = policies.get(DEFAULT_POLICY_ID)
         self.readers: list[tuple[ExperienceSource, float]] = []
-        if obs_space is not None and action_space is not None:  # a multi-agent run samples only (checked)
-            self.readers = [(SOURCES.get(source_name(s))(SourceContext(cfg, s, policy, obs_space, action_space,
-                                                                       cfg.seed + i)), w)
+        policy = policies.get(DEFAULT_POLICY_ID)  # sources feed the default policy (named policies sample only)
+        if policy is not None:
+            self.readers = [(SOURCES.get(source_name(s))(SourceContext(cfg, s, policy, policy.observation_space,
+                                                                       policy.action_space, cfg.seed + i)), w)
                             for i, (s, w) in enumerate(sources) if s != SAMPLER]
-        self.writers: dict[str, DatasetWriter] = \
-            make_writers(cfg, policies, multi_agent) if cfg.output is not None else {}
+        self.writers: dict[str, DatasetWriter] = make_writers(cfg, policies) if cfg.output is not None else {}
 
     def next_batch(self, n: int) -> tuple[Any, list[Any]]:
         """``n`` rows at least (a SampleBatch; a MultiAgentBatch in a multi-agent run): the batch and
@@ -68,7 +66,7 @@ class Experience:
         if self.writers:
             self._record(sampled)
         if not self.readers:
-            return (MultiAgentBatch.concat(sampled) if self.multi_agent else concat_samples(sampled)), sampled
+            return concat_samples(sampled), sampled
         rest = n - sum(len(b) for b in sampled)
         parts = list(sampled)
         if rest > 0:
@@ -83,12 +81,10 @@ class Experience:
 
     def _record(self, sampled: list[Any]) -> None:
         for b in sampled:
-            if self.multi_agent:
-                for pid, writer in self.writers.items():
-                    if pid in b.policy_batches:
-                        writer.write(b[pid])
-            else:
-                self.writers[DEFAULT_POLICY_ID].write(b)
+            by_policy = b.as_multi_agent().policy_batches
+            for pid, writer in self.writers.items():
+                if pid in by_policy:
+                    writer.write(by_policy[pid])
 
     def metrics(self) -> dict[str, float]:
         return merge_metrics([r for r, _ in self.readers])
@@ -106,9 +102,10 @@ def dataset_meta(cfg: Any, policy_id: str, obs_space: gym.Space, action_space: g
             "observation_space": space_to_json(obs_space), "action_space": space_to_json(action_space)}
 
 
-def make_writers(cfg: Any, policies: Mapping[str, Any], multi_agent: bool, explore: bool = True,
+def make_writers(cfg: Any, policies: Mapping[str, Any], explore: bool = True,
                  max_episodes: int | None = None) -> dict[str, DatasetWriter]:
-    """One writer per learned policy (``<output>`` for a single-agent run, ``<output>/<policy id>``)."""
+    """One writer per learned policy: the default policy writes ``<output>`` (whole episodes per file),
+    a named one ``<output>/<policy id>`` (rows as they come: its agents' trajectories interleave)."""
     columns = None if cfg.offline.output_postprocessed else (*COLLECTED_COLUMNS, SB.NEXT_OBS, ACTION_PROB)
     out: dict[str, DatasetWriter] = {}
     for pid, policy in policies.items():
@@ -121,7 +118,8 @@ def make_writers(cfg: Any, policies: Mapping[str, Any], multi_agent: bool, explo
             out[pid] = MinariWriter(cfg.output, meta, cfg.env.id, policy.observation_space, policy.action_space,
                                     cfg.offline.output_file_size_mb, max_episodes)
             continue
-        directory = Path(cfg.output) / pid if multi_agent else Path(cfg.output)
+        default = pid == DEFAULT_POLICY_ID
+        directory = Path(cfg.output) if default else Path(cfg.output) / pid
         out[pid] = DatasetWriter(directory, meta, cfg.offline.output_file_size_mb, columns,
-                                 by_episode=not multi_agent, max_episodes=max_episodes)
+                                 by_episode=default, max_episodes=max_episodes)
     return out

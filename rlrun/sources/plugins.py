@@ -27,8 +27,8 @@ def load_builtins() -> None:
     _BUILTINS_LOADED = True
     # they register on import
     import rlrun.algos
-    import rlrun.envs.ma_vector
     import rlrun.envs.make
+    import rlrun.envs.multi_agent
     import rlrun.envs.wrappers
     import rlrun.models.base
     import rlrun.models.cnn

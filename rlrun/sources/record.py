@@ -44,7 +44,7 @@ def record_dataset(policies: dict[str, Any], cfg: RunConfig, out: str | Path, ep
                       record_next_obs=True)
     worker = RolloutWorker(spec, lambda obs_space, action_space: policies)
     worker.explore = explore
-    writer = make_writers(replace(cfg, output=str(out)), policies, False, explore, episodes)[DEFAULT_POLICY_ID]
+    writer = make_writers(replace(cfg, output=str(out)), policies, explore, episodes)[DEFAULT_POLICY_ID]
     try:
         while not writer.full:
             batch = worker.sample()

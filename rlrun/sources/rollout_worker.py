@@ -4,195 +4,50 @@ Gymnasium 1.x vector envs autoreset on the *next* step: after a sub-env reports 
 truncated, the following ``step`` ignores its action, resets it and returns reward 0. That dummy
 step is recorded as an invalid row and never enters a batch. Its value prediction, computed on the
 episode's final observation, is exactly the bootstrap value a truncated episode needs.
+
+MultiAgentRolloutWorker: MultiAgentRolloutWorker: ``num_envs_per_worker`` copies of a multi-agent env, one policy map.
+
+The copies are one vector env (rlrun/envs/multi_agent.py: arrays over copies per agent). Each policy owns
+*slots*, one per (agent mapped to it, env copy), agent-major, and a time-major buffer ``[T, slots]``
+exactly like a single-agent worker's ``[T, sub-envs]``. Every vector step does one forward pass per
+policy over all its slots (agents that are not acting keep their last observation and their row is
+marked invalid) and one step of the vector env. After an agent's episode ends its slot keeps the
+final observation, so the value of the slot's next (invalid) row is the bootstrap value a truncated
+agent needs - the single-agent autoreset rule; a copy whose episode ended is reset one step later
+(no rows) for the same reason. GAE and the other postprocessing then run per policy on its own
+fragment, and each agent's trajectory is one column of it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rlrun.algos.algorithm import get_algorithm
-from rlrun.config.schemas import EnvConfig, RolloutConfig, RunConfig
-from rlrun.core.registry import LOSSES
-from rlrun.data.batch import SampleBatch
+from rlrun.data.batch import MultiAgentBatch, SampleBatch
 from rlrun.data.postprocessing import fragment_ends as fragment_ends  # re-exported
-from rlrun.envs.filters import NoFilter
-from rlrun.envs.make import env_from_config, env_spaces
+from rlrun.envs.make import env_from_config
+from rlrun.envs.multi_agent import make_vector_multi_agent_env
 from rlrun.models.sequences import STATE_IN
-from rlrun.policy.policy import DEFAULT_POLICY_ID, ActionOutput, Policy, PolicyMap, PolicySpec
+from rlrun.policy.policy import DEFAULT_POLICY_ID, ActionOutput, Policy, PolicyMap
+from rlrun.policy.policy_map import policy_spaces
 from rlrun.sources.callbacks import CallbackList, EpisodeTracker
 from rlrun.sources.plugins import load_plugins
+from rlrun.sources.worker_base import (  # noqa: F401  (re-exported: the worker interface's old home)
+    VALID,
+    EpisodeStats,
+    PolicyFactory,
+    WorkerBase,
+    WorkerSpec,
+    finish_fragment,
+    flatten_fragment,
+    make_policy_factory,
+)
 
 SB = SampleBatch
-NO_FILTER = NoFilter()  # heuristic policies have no observation filter
-VALID = "valid"  # time-major fragments only: False on dummy autoreset rows and dropped tails
-
-
-@dataclass
-class PolicyFactory:
-    """Builds a run's policy map from names: plain data, so it travels to Ray actors, where it
-    imports the run's plugins before reading the registries."""
-
-    cfg: RunConfig
-    launch_dir: str
-
-    def __call__(self, obs_space: gym.Space, action_space: gym.Space) -> PolicyMap:
-        c = self.cfg
-        load_plugins(c.plugins, search_dirs=[self.launch_dir])
-        algo = get_algorithm(c.algo.name)
-        spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed, *self.filter_settings())
-        return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
-
-    def build(self) -> tuple[PolicyMap, dict[str, tuple[gym.Space, gym.Space]]]:
-        """The run's policies, with their spaces declared or read from one env copy (outside a worker:
-        exports, resume checks). Returns the policy map and ``{policy_id: (obs space, action space)}``."""
-        c = self.cfg
-        if c.multiagent.policies:
-            from rlrun.envs.multi_agent import make_multi_agent_env
-            from rlrun.policy.policy_map import policy_spaces
-
-            ma_env = make_multi_agent_env(c.env.id, c.env.kwargs)
-            try:
-                spaces = policy_spaces(c, ma_env)[2]
-            finally:
-                ma_env.close()
-            return self.multi_agent(spaces), spaces
-        spaces = {DEFAULT_POLICY_ID: env_spaces(c.env)}
-        return self(*spaces[DEFAULT_POLICY_ID]), spaces
-
-    def filter_settings(self) -> tuple[str, float]:
-        r = self.cfg.rollout
-        return r.observation_filter, r.observation_filter_clip
-
-    def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
-        """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
-        policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
-        from rlrun.config.multi_agent import policy_sections
-        from rlrun.core.registry import HEURISTICS
-
-        c = self.cfg
-        load_plugins(c.plugins, search_dirs=[self.launch_dir])
-        algo = get_algorithm(c.algo.name)
-        out: PolicyMap = {}
-        for i, (pid, pc) in enumerate(c.multiagent.policies.items()):
-            obs_space, action_space = spaces[pid]
-            seed = c.seed + 7919 * i  # each policy its own initial weights and action noise
-            if pc.heuristic is not None:
-                out[pid] = HEURISTICS.get(pc.heuristic)(pid, obs_space, action_space, seed, **pc.heuristic_kwargs)
-                continue
-            pcfg = policy_sections(c, pid)
-            spec = PolicySpec(obs_space, action_space, pcfg.algo, pcfg.loss, pcfg.model, seed, *self.filter_settings())
-            out[pid] = Policy(spec, algo, LOSSES.get(pcfg.loss.name, "loss.name"), pid)
-        return out
-
-
-def make_policy_factory(cfg: RunConfig, launch_dir: str | Path | None = None) -> PolicyFactory:
-    return PolicyFactory(cfg, str(Path(launch_dir or os.getcwd()).resolve()))
-
-
-class EpisodeStats(NamedTuple):
-    """What a worker reports besides its samples: the episodes finished since its last report, and
-    what its observation filters saw meanwhile."""
-
-    returns: list[float]  # per finished episode (multi-agent: summed over its agents)
-    lengths: list[int]
-    policy_returns: dict[str, list[float]] | None = None  # multi-agent: policy id -> its agents' episode returns
-    custom: dict[str, list[float]] | None = None  # callbacks' custom metrics: name -> one value per episode
-    filter_deltas: dict[str, Any] | None = None  # policy id -> observation-filter statistics since the last report
-
-
-@dataclass
-class WorkerSpec:
-    """Plain data from which a worker (local or remote) builds its env."""
-
-    env: EnvConfig
-    rollout: RolloutConfig
-    seed: int
-    worker_index: int = 0  # 0 = the local worker
-    plugins: tuple[str, ...] = ()  # imported first, so plugin envs/models/losses exist in a remote worker
-    launch_dir: str | None = None  # where plugin modules are looked up
-    callbacks: tuple[str, ...] = ()  # registered Callbacks names, called in order
-    record_next_obs: bool = False  # add NEXT_OBS even if the algorithm does not need it (``output`` records it)
-    server_token: str | None = field(default=None, repr=False)  # rollout=server on Ray workers: the driver's token
-    server_port: int | None = None  # a restarted Ray worker's policy server: the port its clients know
-
-
-class WorkerBase:
-    """What every rollout worker (single- or multi-agent, local or a Ray actor) answers besides
-    ``sample()``: episodes finished since the last call, and its policies' weights."""
-
-    policy_map: PolicyMap
-    _episodes: EpisodeStats
-    callbacks: CallbackList
-    _tracker: EpisodeTracker | None = None
-
-    def sample(self) -> Any:
-        raise NotImplementedError
-
-    def sample_with_metrics(self) -> tuple[Any, EpisodeStats]:
-        """``sample()`` plus the episodes completed meanwhile: one round trip for a remote worker."""
-        return self.sample(), self.get_metrics()
-
-    def get_pid(self) -> int:
-        return os.getpid()
-
-    def mark_interrupted(self) -> None:
-        """The run stops without finishing (signal, failure); called before ``stop()``."""
-
-    def extra_metrics(self) -> dict[str, float]:
-        """Metrics of this kind of worker beyond episodes (the policy server's requests): counts, so
-        the WorkerSet sums them over its workers."""
-        return {}
-
-    def node_id(self) -> str:
-        """The Ray node this worker runs on (a Ray actor only)."""
-        import ray
-
-        return str(ray.get_runtime_context().get_node_id())
-
-    def address(self) -> str | None:
-        """Where external applications reach this worker (its policy server's URL), if anywhere."""
-        return None
-
-    def get_metrics(self) -> EpisodeStats:
-        """Episodes completed since the last call (and forget them), custom metrics, filter deltas."""
-        out, self._episodes = self._episodes, EpisodeStats([], [], {})
-        deltas = {pid: d for pid, p in self.policy_map.items()
-                  if (d := getattr(p, "obs_filter", NO_FILTER).pop_delta()) is not None}
-        return out._replace(custom=self._tracker.pop_custom() if self._tracker else None, filter_deltas=deltas)
-
-    def get_filters(self) -> dict[str, dict[str, Any]]:
-        """``{policy_id: observation-filter state}`` of the policies that have an active filter."""
-        return {pid: f.get_state() for pid, p in self.policy_map.items()
-                if (f := getattr(p, "obs_filter", NO_FILTER)).active}
-
-    def apply_filter_deltas(self, deltas: Mapping[str, Any]) -> None:
-        """The learner: merge what a remote worker's filters saw into this (central) copy."""
-        for pid, delta in deltas.items():
-            self.policy_map[pid].obs_filter.apply_delta(delta)
-
-    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        """``{policy_id: weights}`` of every policy on this worker."""
-        return {pid: p.get_weights() for pid, p in self.policy_map.items()}
-
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]], global_timestep: int | None = None,
-                    filters: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-        """New weights per policy id, the learner's env-step count (it drives schedules such as
-        epsilon) and its merged observation-filter statistics."""
-        for pid, w in weights.items():
-            policy = self.policy_map[pid]
-            policy.set_weights(w)
-            if global_timestep is not None:
-                policy.global_timestep = global_timestep
-        for pid, state in (filters or {}).items():
-            self.policy_map[pid].obs_filter.sync(state)
 
 
 class RolloutWorker(WorkerBase):
@@ -288,11 +143,7 @@ class RolloutWorker(WorkerBase):
         frag = SampleBatch({k: v[:step] for k, v in buf.items()})
         if complete:  # drop each sub-env's unfinished tail
             frag[VALID] &= np.arange(step)[:, None] <= last_end[None, :]
-        if self.policy.needs_next_obs or self.spec.record_next_obs:  # the dummy row's obs is the final obs
-            frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], self.obs[None]], axis=0)
-        last_values = self.policy.compute_values(self.obs, self._state)
-        frag = self.policy.postprocess_trajectory(frag, last_values)
-        batch = flatten_fragment(frag)
+        batch = finish_fragment(self.policy, frag, self.obs, self._state, self.spec.record_next_obs)
         self.env_steps_sampled += len(batch)
         if self.callbacks:
             self.callbacks.call("on_postprocess_trajectory", worker=self, policy_id=DEFAULT_POLICY_ID,
@@ -387,12 +238,134 @@ class RolloutWorker(WorkerBase):
         return f"RolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, num_envs={n})"
 
 
-def flatten_fragment(frag: SampleBatch) -> SampleBatch:
-    """Time-major ``[T, B, ...]`` fragment -> flat batch of its valid rows, sub-env by sub-env
-    (so each episode's rows are contiguous and in time order)."""
-    valid = frag[VALID].T  # [B, T]
-    out = SampleBatch()
-    for k, v in frag.items():
-        if k != VALID:
-            dict.__setitem__(out, k, np.swapaxes(v, 0, 1)[valid])
-    return out
+class MultiAgentRolloutWorker(WorkerBase):
+    """Samples fragments of ``rollout_fragment_length`` env steps (or agent steps, with
+    ``multiagent.count_steps_by: agent_steps``) per env copy; returns a MultiAgentBatch."""
+
+    def __init__(self, spec: WorkerSpec, policy_factory: Any) -> None:
+        self.spec = spec
+        if spec.plugins or spec.worker_index > 0:
+            load_plugins(list(spec.plugins), search_dirs=[spec.launch_dir] if spec.launch_dir else [])
+        cfg = policy_factory.cfg
+        r = spec.rollout
+        n = self.num_envs = int(r.num_envs_per_worker)
+        self.fragment_length = int(r.rollout_fragment_length)  # env steps or agent steps per copy
+        self._count_agent_steps = cfg.multiagent.count_steps_by == "agent_steps"
+        self.env = make_vector_multi_agent_env(spec.env.id, n, spec.env.kwargs, spec.env.vectorize)
+        self.agent_policy, _, spaces = policy_spaces(cfg, self.env)
+        self.spaces = spaces
+        self.policy_map = policy_factory.multi_agent(spaces)
+        if spec.worker_index > 0:
+            torch.set_num_threads(1)
+            for policy in self.policy_map.values():
+                policy.reseed(spec.seed + 1000 * spec.worker_index)
+        agents = list(self.env.possible_agents)
+        self.agents_of = {pid: [a for a in agents if self.agent_policy[a] == pid] for pid in self.policy_map}
+        # slot j of a policy = agent j // n of its agents, in copy j % n
+        self._slot_copy = {pid: np.tile(np.arange(n), len(a)) for pid, a in self.agents_of.items()}
+        self._slot_agent = {pid: np.repeat([agents.index(x) for x in a], n).astype(np.int64)
+                            for pid, a in self.agents_of.items()}
+        self._box = {pid: isinstance(sp[1], gym.spaces.Box) for pid, sp in spaces.items()}
+        obs, acting = self.env.reset(seed=spec.seed + 1000 * spec.worker_index)
+        self.obs = self._filter(self._per_policy(obs))
+        self.acting = self._per_policy(acting)
+        self._ep_return = np.zeros(n, np.float64)  # summed over agents
+        self._ep_len = np.zeros(n, np.int64)
+        self._agent_return = {a: np.zeros(n, np.float64) for a in agents}
+        self._took_part = {a: np.zeros(n, bool) for a in agents}
+        self._id_base = spec.worker_index << 40
+        self._eps_id = self._id_base + np.arange(n, dtype=np.int64)
+        self._next_eps = n
+        self._episodes = EpisodeStats([], [], {})
+        self.env_steps_sampled = 0
+        self.callbacks = CallbackList(spec.callbacks)  # on_train_result only (the config refuses the rest)
+
+    def _filter(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each learned policy's observation filter (``rollout.observation_filter``), updated."""
+        return {pid: self.policy_map[pid].filter_obs(o, update=True) for pid, o in obs.items()}
+
+    def _per_policy(self, per_agent: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``{agent: [C, ...]}`` -> ``{policy: [slots, ...]}``."""
+        return {pid: np.concatenate([per_agent[a] for a in agents]) for pid, agents in self.agents_of.items()}
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self) -> MultiAgentBatch:
+        pids = list(self.policy_map)
+        learners = [pid for pid in pids if getattr(self.policy_map[pid], "learns", True)]
+        target = self.fragment_length * self.num_envs
+        bufs: dict[str, dict[str, list[np.ndarray]]] = {pid: {} for pid in learners}
+        env_steps = agent_steps = 0
+        while (agent_steps if self._count_agent_steps else env_steps) < target:
+            outs = {pid: self.policy_map[pid].compute_actions(self.obs[pid]) for pid in pids}
+            actions = self._env_actions(outs)
+            valid = self.acting
+            obs_before, eps_before, t_before = self.obs, self._eps_id.copy(), self._ep_len.copy()
+            st = self.env.step(actions)
+            self.obs, self.acting = self._filter(self._per_policy(st.obs)), self._per_policy(st.acting)
+            env_steps += int(st.stepped.sum())
+            agent_steps += sum(int(v.sum()) for v in valid.values())
+            self._count_episodes(st, valid)
+            rew, term, trunc = self._per_policy(st.rewards), self._per_policy(st.terminateds), \
+                self._per_policy(st.truncateds)
+            for pid in learners:
+                out, slot_copy = outs[pid], self._slot_copy[pid]
+                for key, value in ((SB.OBS, obs_before[pid]), (SB.ACTIONS, out.actions), (SB.REWARDS, rew[pid]),
+                                   (SB.TERMINATEDS, term[pid]), (SB.TRUNCATEDS, trunc[pid]),
+                                   (SB.ACTION_LOGP, out.logp), (SB.VF_PREDS, out.values),
+                                   (SB.ACTION_DIST_INPUTS, out.dist_inputs), (VALID, valid[pid]),
+                                   # one trajectory id per (episode, agent); t: the env step's index
+                                   (SB.EPS_ID, eps_before[slot_copy] * 1024 + self._slot_agent[pid]),
+                                   (SB.T, t_before[slot_copy])):
+                    bufs[pid].setdefault(key, []).append(value)
+        batches = {pid: self._postprocess(pid, bufs[pid]) for pid in learners}
+        self.env_steps_sampled += env_steps
+        return MultiAgentBatch(batches, env_steps)
+
+    def _env_actions(self, outs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Each policy's actions over its slots -> ``{agent: [C, ...]}`` (Box actions clipped)."""
+        n, actions = self.num_envs, {}
+        for pid, agents in self.agents_of.items():
+            acts = outs[pid].actions
+            if self._box[pid]:
+                acts = np.clip(acts, self.spaces[pid][1].low, self.spaces[pid][1].high)
+            actions.update({a: acts[k * n:(k + 1) * n] for k, a in enumerate(agents)})
+        return actions
+
+    def _count_episodes(self, st: Any, valid: Mapping[str, np.ndarray]) -> None:
+        """Returns per copy (summed over agents) and per agent; finished episodes to the stats."""
+        for a, r in st.rewards.items():
+            self._ep_return += r
+            self._agent_return[a] += r
+            pid = self.agent_policy[a]
+            k = self.agents_of[pid].index(a)
+            self._took_part[a] |= valid[pid][k * self.num_envs:(k + 1) * self.num_envs]
+        self._ep_len += st.stepped
+        for c in np.flatnonzero(st.episode_end):
+            self._end_episode(int(c))
+
+    def _postprocess(self, pid: str, buf: dict[str, list[np.ndarray]]) -> SampleBatch:
+        """The policy's time-major fragment ``[T, slots]`` -> postprocessed flat batch of valid rows."""
+        frag = SampleBatch({k: np.stack(v) for k, v in buf.items()})
+        return finish_fragment(self.policy_map[pid], frag, self.obs[pid], None, self.spec.record_next_obs)
+
+    def _end_episode(self, c: int) -> None:
+        self._episodes.returns.append(float(self._ep_return[c]))
+        self._episodes.lengths.append(int(self._ep_len[c]))
+        per_policy = self._episodes.policy_returns
+        assert per_policy is not None
+        for a, took_part in self._took_part.items():
+            if took_part[c]:
+                per_policy.setdefault(self.agent_policy[a], []).append(float(self._agent_return[a][c]))
+            self._agent_return[a][c] = 0.0
+            took_part[c] = False
+        self._ep_return[c] = 0.0
+        self._ep_len[c] = 0
+        self._eps_id[c] = self._id_base + self._next_eps
+        self._next_eps += 1
+
+    def stop(self) -> None:
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return (f"MultiAgentRolloutWorker(index={self.spec.worker_index}, env={self.spec.env.id}, "
+                f"copies={getattr(self, 'num_envs', '?')})")

@@ -15,7 +15,7 @@ import gymnasium as gym
 from rlrun.envs.make import env_spaces
 from rlrun.policy.policy import DEFAULT_POLICY_ID, PolicyMap
 from rlrun.sources.callbacks import CallbackList
-from rlrun.sources.rollout_worker import EpisodeStats, WorkerBase, WorkerSpec
+from rlrun.sources.worker_base import EpisodeStats, WorkerBase, WorkerSpec
 
 
 class SpacesOnlyWorker(WorkerBase):

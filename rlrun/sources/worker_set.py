@@ -61,7 +61,7 @@ def worker_class(cfg: RunConfig, local: bool = False) -> Any:
 
         return ServerWorker
     if cfg.multiagent.policies:
-        from rlrun.sources.ma_worker import MultiAgentRolloutWorker
+        from rlrun.sources.rollout_worker import MultiAgentRolloutWorker
 
         return MultiAgentRolloutWorker
     return RolloutWorker

@@ -5,30 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-
 from rlrun.core.registry import HOOKS
-from rlrun.envs.make import env_from_config
-from rlrun.policy.policy import DEFAULT_POLICY_ID
-from rlrun.training.evaluation import EvalResult, evaluate
-from rlrun.training.ma_evaluation import evaluate_multi_agent
+from rlrun.training.evaluation import EvalResult, evaluate_run, evaluation_env
 
 
 class Evaluator:
     """A run's evaluation episodes on envs of their own, built at the first evaluation and reused."""
 
-    def __init__(self, cfg: Any, policies: Any, multi_agent: bool) -> None:
-        self.cfg, self.policies, self.multi_agent = cfg, policies, multi_agent
-        self._env: gym.vector.VectorEnv | None = None
+    def __init__(self, cfg: Any, policies: Any) -> None:
+        self.cfg, self.policies = cfg, policies
+        self._env: Any = None
 
     def evaluate(self) -> EvalResult:
         ev = self.cfg.evaluation
-        if self.multi_agent:
-            return evaluate_multi_agent(self.policies, self.cfg, ev.num_episodes, self.cfg.seed)
         if self._env is None:
-            self._env = env_from_config(self.cfg.env, max(1, min(ev.num_envs, ev.num_episodes)))
-        return evaluate(self.policies[DEFAULT_POLICY_ID], self.cfg.env, ev.num_episodes, ev.num_envs, self.cfg.seed,
-                        self._env)
+            self._env = evaluation_env(self.cfg, ev.num_episodes, ev.num_envs)
+        return evaluate_run(self.policies, self.cfg, ev.num_episodes, ev.num_envs, self.cfg.seed, self._env)
 
     def close(self) -> None:
         if self._env is not None:

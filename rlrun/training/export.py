@@ -25,7 +25,7 @@ from rlrun.envs.filters import MeanStdFilter, NoFilter
 from rlrun.models.distributions import ActionDistribution
 from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy
 from rlrun.sources.plugins import load_plugins
-from rlrun.sources.rollout_worker import PolicyFactory
+from rlrun.sources.worker_base import PolicyFactory
 from rlrun.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from rlrun.training.validate import build_config
 

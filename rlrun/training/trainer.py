@@ -24,12 +24,11 @@ import torch
 from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.config.multi_agent import policies_to_train
 from rlrun.config.schemas import RunConfig
-from rlrun.core.metrics import EPISODE_WINDOW, mean_min_max, per_policy
-from rlrun.data.batch import MultiAgentBatch
-from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
+from rlrun.core.metrics import DEFAULT_POLICY_ID, EPISODE_WINDOW, mean_min_max, per_policy
+from rlrun.policy.policy import Policy, PolicyMap
 from rlrun.sources.callbacks import CallbackList, custom_metric_summary
 from rlrun.sources.offline_input import Experience
-from rlrun.sources.rollout_worker import make_policy_factory
+from rlrun.sources.worker_base import make_policy_factory
 from rlrun.sources.worker_set import WorkerSet
 from rlrun.training import ope  # noqa: F401  (registers its hook)
 from rlrun.training.evaluation import EvalResult
@@ -48,19 +47,19 @@ class Trainer:
         self.workers = WorkerSet(cfg, self.policy_factory)
         local = self.workers.local_worker
         self.policies: PolicyMap = local.policy_map  # the learner's policies
-        self.multi_agent = bool(cfg.multiagent.policies)
-        self.policies_to_train: list[str] = policies_to_train(cfg) if self.multi_agent else list(self.policies)
+        self.policies_to_train: list[str] = policies_to_train(cfg)  # [default_policy] in a single-agent run
         self.callbacks: CallbackList = local.callbacks  # one instance with the local worker
-        obs_space, action_space = (None, None) if self.multi_agent else (local.obs_space, local.action_space)
-        self.experience = Experience(cfg, self._sample, self.policies, obs_space, action_space, self.multi_agent)
-        self.evaluator = Evaluator(cfg, self.policies, self.multi_agent)
+        self.experience = Experience(cfg, self._sample, self.policies)
+        self.evaluator = Evaluator(cfg, self.policies)
         self.iteration = 0
         self.timesteps_total = 0
         self.episodes_total = 0
         self.time_total_s = 0.0
         self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
         self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
-        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies}
+        # per named policy (the default policy's episodes are the run's own rollout/episode_*)
+        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies
+                                                         if pid != DEFAULT_POLICY_ID}
         self.hooks: list[IterationHook] = build_hooks(self)  # evaluation, off-policy estimates, callbacks, ...
 
     @property
@@ -87,21 +86,20 @@ class Trainer:
                 self.workers.sample_async(interval(self.config))
             for b in got:
                 batches.append(b)
-                n += (b.agent_steps() if by_agents else b.count) if self.multi_agent else len(b)
+                n += b.agent_steps() if by_agents else b.env_steps()
         return batches
 
     def learn(self, batch: Any) -> dict[str, float]:
-        """Each trainable policy learns on its batch with its algorithm's learn hook (a multi-agent
-        run's learner metrics are named per policy: ``train/<policy>/...``)."""
+        """Each trainable policy learns on its rows with its algorithm's learn hook (learner metrics of
+        a named policy: ``train/<policy>/...``). A SampleBatch is the default policy's rows."""
         ctx = LearnContext(self.timesteps_total, self.iteration)
         stats: dict[str, float] = {}
+        by_policy = batch.as_multi_agent().policy_batches
         for pid in self.policies_to_train:
             policy = self.policies[pid]
             policy.global_timestep = self.timesteps_total
-            if not self.multi_agent:
-                stats.update(self.algorithm.learn(policy, batch, ctx))
-            elif pid in batch.policy_batches and len(batch[pid]):
-                got = self.algorithm.learn(policy, batch[pid], ctx)
+            if pid in by_policy and len(by_policy[pid]):
+                got = self.algorithm.learn(policy, by_policy[pid], ctx)
                 stats.update({per_policy(k, pid) if k.startswith("train/") else k: v for k, v in got.items()})
         return stats
 
@@ -110,7 +108,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.sample_batch()
         t1 = time.perf_counter()
-        env_steps = batch.count if self.multi_agent else len(batch)
+        env_steps = batch.env_steps()
         self.timesteps_total += env_steps
         rows_before = sum(p.num_rows_trained for p in self.policies.values())
         stats = self.learn(batch)
@@ -130,7 +128,7 @@ class Trainer:
             "episodes_total": self.episodes_total,
             "time_total_s": self.time_total_s,
             **self._episode_metrics(len(episodes.returns)),
-            **(self._policy_metrics(episodes.policy_returns or {}, batch) if self.multi_agent else {}),
+            **self._policy_metrics(episodes.policy_returns or {}, batch),
             "rollout/env_steps_this_iter": env_steps,
             "time/env_steps_per_s": env_steps / max(t3 - t0, 1e-9),
             "time/learn_throughput": rows / max(t2 - t1, 1e-9),
@@ -147,8 +145,10 @@ class Trainer:
             hook.after_iteration(self, result)
         return result
 
-    def _policy_metrics(self, new: dict[str, list[float]], batch: MultiAgentBatch) -> dict[str, float]:
-        """``rollout/<policy>/...``: the episode returns of the agents each policy acts for."""
+    def _policy_metrics(self, new: dict[str, list[float]], batch: Any) -> dict[str, float]:
+        """``rollout/<policy>/...``: the episode returns of the agents each named policy acts for."""
+        if not self._policy_returns:
+            return {}
         out: dict[str, float] = {"rollout/agent_steps_this_iter": float(batch.agent_steps())}
         for pid, window in self._policy_returns.items():
             out.update({**mean_min_max(f"rollout/{pid}/episode_return", window),
@@ -212,7 +212,8 @@ class Trainer:
         self._returns = deque(state["episodes"]["returns"], maxlen=EPISODE_WINDOW)
         self._lengths = deque(state["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
         for pid, returns in state["episodes"].get("policy_returns", {}).items():
-            self._policy_returns[pid] = deque(returns, maxlen=EPISODE_WINDOW)
+            if pid in self._policy_returns:  # earlier checkpoints kept the default policy's too
+                self._policy_returns[pid] = deque(returns, maxlen=EPISODE_WINDOW)
         torch.set_rng_state(state["rng"]["torch"])
         self.workers.sync_weights(self.timesteps_total)
 

@@ -13,8 +13,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from rlrun.sources.rollout_worker import WorkerSpec
 from rlrun.sources.serving.worker import announce_servers, server_token
+from rlrun.sources.worker_base import WorkerSpec
 
 
 class RayServers:

@@ -34,11 +34,11 @@ from rlrun.data.spaces import space_to_json
 from rlrun.envs.make import env_spaces
 from rlrun.policy.policy import DEFAULT_POLICY_ID, PolicyMap
 from rlrun.sources.callbacks import CallbackList
-from rlrun.sources.rollout_worker import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, flatten_fragment
 from rlrun.sources.serving.app import PolicyServer
 from rlrun.sources.serving.episodes import EpisodeTable, Segment
 from rlrun.sources.serving.local import act_one
 from rlrun.sources.serving.wire import PROTOCOL, encode_array
+from rlrun.sources.worker_base import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, flatten_fragment
 
 SB = SampleBatch
 
