@@ -101,3 +101,17 @@ def test_multi_agent_batch_like_rllib():
     assert m["p0"]["obs"][0, 0] != -1 and len(m) == m.count == 6
     both = concat_samples([m, m])
     assert isinstance(both, MultiAgentBatch) and both.env_steps() == 12 and both.agent_steps() == 18
+
+
+def test_a_sample_batch_is_the_default_policys_part_of_a_multi_agent_batch():
+    """A single-agent run is the one-policy case: its rows, not a copy, under ``default_policy``."""
+    from rlrun import DEFAULT_POLICY_ID
+    from rlrun.core.metrics import per_policy
+
+    b = SampleBatch({"obs": np.zeros((5, 2), np.float32), "rewards": np.ones(5, np.float32)})
+    ma = b.as_multi_agent()
+    assert isinstance(ma, MultiAgentBatch) and list(ma.policy_batches) == [DEFAULT_POLICY_ID]
+    assert ma[DEFAULT_POLICY_ID] is b and ma.env_steps() == ma.agent_steps() == b.env_steps() == b.agent_steps() == 5
+    assert ma.as_multi_agent() is ma
+    assert per_policy("train/loss/total", DEFAULT_POLICY_ID) == "train/loss/total"
+    assert per_policy("train/loss/total", "p1") == "train/p1/loss/total"

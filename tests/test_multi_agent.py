@@ -79,6 +79,8 @@ def _cfg(*overrides):
     (["+multiagent.policies.q={heuristic: always_sam}"],
      "multiagent.policies.q.heuristic: unknown heuristic policy 'always_sam' (did you mean 'always_same'?)"),
     (["env.id=CartPole-v1"], "env.id: 'CartPole-v1' is a single-agent env but multiagent.policies is set"),
+    (["+multiagent.policies.default_policy={}"],
+     "multiagent.policies.default_policy: the id of a single-agent run's policy"),
     (["+multiagent.policies.p.algo={lr: -1}"], None),  # checked like the top level: see below
 ])
 def test_multi_agent_configs_are_checked_before_compute(overrides, message):
