@@ -62,9 +62,14 @@ def policies_to_train(cfg: Any) -> list[str]:
     return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
 
 
+def policy_configs(cfg: Any) -> dict[str, PolicyConfig]:
+    """The run's policies by id: a single-agent run's is ``default_policy`` with the run's own config."""
+    return dict(cfg.multiagent.policies) or {DEFAULT_POLICY_ID: PolicyConfig()}
+
+
 def policy_sections(cfg: Any, policy_id: str) -> Any:
     """The run's config with this policy's algo/loss/model keys applied (checked like the top level)."""
-    p = cfg.multiagent.policies[policy_id]
+    p = policy_configs(cfg)[policy_id]
     where = f"multiagent.policies.{policy_id}"
     out = cfg
     for key, registry, section, changes in (("algo", ALGOS, cfg.algo, p.algo), ("loss", LOSSES, cfg.loss, p.loss),

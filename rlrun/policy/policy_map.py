@@ -13,7 +13,9 @@ import numpy as np
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
+from rlrun.core.metrics import DEFAULT_POLICY_ID
 from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS, RegistryError
+from rlrun.envs.make import env_spaces
 from rlrun.envs.multi_agent import ObsAdapter, make_multi_agent_env
 
 
@@ -114,6 +116,19 @@ def agent_to_policy(cfg: RunConfig, agent: str) -> str:
     written = ", ".join(f"{pid}: {pats}" for pid, pats in ma.policy_mapping.items()) or "none"
     raise ConfigError(f"multiagent.policy_mapping: no pattern covers agent '{agent}' ({written}); add one, "
                       "e.g. '*' to the last policy")
+
+
+def run_spaces(cfg: RunConfig) -> dict[str, tuple[gym.Space, gym.Space]]:
+    """``{policy_id: (obs space, action space)}`` of a run: a single-agent run's ``default_policy`` has
+    its env's spaces (declared, or of one env copy); a multi-agent run's policies have those of the
+    agents mapped to them (one copy of its env is made and closed)."""
+    if not cfg.multiagent.policies:
+        return {DEFAULT_POLICY_ID: env_spaces(cfg.env)}
+    env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
+    try:
+        return policy_spaces(cfg, env)[2]
+    finally:
+        env.close()
 
 
 def policy_spaces(cfg: RunConfig, env: Any) -> tuple[dict[str, str], dict[str, ObsAdapter], dict[str, tuple]]:

@@ -254,7 +254,7 @@ class MultiAgentRolloutWorker(WorkerBase):
         self.env = make_vector_multi_agent_env(spec.env.id, n, spec.env.kwargs, spec.env.vectorize)
         self.agent_policy, _, spaces = policy_spaces(cfg, self.env)
         self.spaces = spaces
-        self.policy_map = policy_factory.multi_agent(spaces)
+        self.policy_map = policy_factory.policies(spaces)
         if spec.worker_index > 0:
             torch.set_num_threads(1)
             for policy in self.policy_map.values():

@@ -19,12 +19,13 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.algos.algorithm import get_algorithm
+from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.schemas import EnvConfig, RolloutConfig, RunConfig
-from rlrun.core.registry import LOSSES
+from rlrun.core.registry import HEURISTICS, LOSSES
 from rlrun.data.batch import SampleBatch
 from rlrun.envs.filters import NoFilter
-from rlrun.envs.make import env_spaces
 from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap, PolicySpec
+from rlrun.policy.policy_map import run_spaces
 from rlrun.sources.callbacks import CallbackList, EpisodeTracker
 from rlrun.sources.plugins import load_plugins
 
@@ -42,44 +43,28 @@ class PolicyFactory:
     launch_dir: str
 
     def __call__(self, obs_space: gym.Space, action_space: gym.Space) -> PolicyMap:
-        c = self.cfg
-        load_plugins(c.plugins, search_dirs=[self.launch_dir])
-        algo = get_algorithm(c.algo.name)
-        spec = PolicySpec(obs_space, action_space, c.algo, c.loss, c.model, c.seed, *self.filter_settings())
-        return {DEFAULT_POLICY_ID: Policy(spec, algo, LOSSES.get(c.loss.name, "loss.name"), DEFAULT_POLICY_ID)}
+        """A single-agent run's policy map, from its env's spaces."""
+        return self.policies({DEFAULT_POLICY_ID: (obs_space, action_space)})
 
     def build(self) -> tuple[PolicyMap, dict[str, tuple[gym.Space, gym.Space]]]:
         """The run's policies, with their spaces declared or read from one env copy (outside a worker:
         exports, resume checks). Returns the policy map and ``{policy_id: (obs space, action space)}``."""
-        c = self.cfg
-        if c.multiagent.policies:
-            from rlrun.envs.multi_agent import make_multi_agent_env
-            from rlrun.policy.policy_map import policy_spaces
-
-            ma_env = make_multi_agent_env(c.env.id, c.env.kwargs)
-            try:
-                spaces = policy_spaces(c, ma_env)[2]
-            finally:
-                ma_env.close()
-            return self.multi_agent(spaces), spaces
-        spaces = {DEFAULT_POLICY_ID: env_spaces(c.env)}
-        return self(*spaces[DEFAULT_POLICY_ID]), spaces
+        spaces = run_spaces(self.cfg)
+        return self.policies(spaces), spaces
 
     def filter_settings(self) -> tuple[str, float]:
         r = self.cfg.rollout
         return r.observation_filter, r.observation_filter_clip
 
-    def multi_agent(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
-        """A multi-agent run's policies, ``{policy_id: (obs space, action space)}`` -> policy map: learned
-        policies with their own config (``multiagent.policies.<id>``) and seed; heuristics by name."""
-        from rlrun.config.multi_agent import policy_sections
-        from rlrun.core.registry import HEURISTICS
-
+    def policies(self, spaces: Mapping[str, tuple[gym.Space, gym.Space]]) -> PolicyMap:
+        """``{policy_id: (obs space, action space)}`` -> the run's policy map: each learned policy with
+        its own config (``multiagent.policies.<id>``; the run's own for ``default_policy``) and seed;
+        heuristics by name."""
         c = self.cfg
         load_plugins(c.plugins, search_dirs=[self.launch_dir])
         algo = get_algorithm(c.algo.name)
         out: PolicyMap = {}
-        for i, (pid, pc) in enumerate(c.multiagent.policies.items()):
+        for i, (pid, pc) in enumerate(policy_configs(c).items()):
             obs_space, action_space = spaces[pid]
             seed = c.seed + 7919 * i  # each policy its own initial weights and action noise
             if pc.heuristic is not None:

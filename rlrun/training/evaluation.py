@@ -9,7 +9,7 @@ policy, kept for the agents it acts for. Seeds are disjoint from the training en
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -17,8 +17,10 @@ import numpy as np
 
 from rlrun.config.schemas import EnvConfig
 from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max
-from rlrun.envs.make import env_from_config
+from rlrun.core.registry import ENVS, RegistryError
+from rlrun.envs.make import check_env_id, env_from_config
 from rlrun.envs.multi_agent import make_multi_agent_env
+from rlrun.envs.wrappers import parse_wrappers, wrap_env
 from rlrun.policy.policy import Policy
 from rlrun.policy.policy_map import policy_spaces
 
@@ -151,3 +153,67 @@ def _actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str], adapt
             out = np.clip(out, space.low, space.high)
         actions.update(zip(members, out, strict=True))
     return actions
+
+
+# --------------------------------------------------------------------------- rendered episodes
+def render_run(policies: Mapping[str, Any], cfg: Any, episodes: int, seed: int, max_frames: int, frame_skip: int,
+               explore: bool = False) -> tuple[list[np.ndarray], list[float], float]:
+    """Episodes on one env that renders ``rgb_array`` frames: every ``frame_skip``-th frame (up to
+    ``max_frames``), the episodes' returns and the frame rate (``rlrun-eval render=true``)."""
+    multi_agent = bool(cfg.multiagent.policies)
+    env = make_render_env(cfg.env.id, cfg.env.kwargs, multi_agent, cfg.env.wrappers)
+    try:
+        if multi_agent:  # every agent acts with its policy, episodes one after another
+            frames: list[np.ndarray] = []
+            returns = evaluate_multi_agent(policies, cfg, episodes, seed, env, frames, max_frames, frame_skip,
+                                           explore).returns
+        else:
+            frames, returns = record_episodes(policies[DEFAULT_POLICY_ID], env, episodes, seed, max_frames, frame_skip,
+                                              explore)
+        return frames, returns, float(env.metadata.get("render_fps") or 30) / frame_skip
+    finally:
+        env.close()
+
+
+def make_render_env(env_id: str, kwargs: dict[str, Any], multi_agent: bool = False,
+                    wrappers: Sequence[Any] = ()) -> Any:
+    """One env that renders ``rgb_array`` frames (a gymnasium id, a plain rlrun env entry, or a
+    multi-agent env that takes ``render_mode``), with the run's ``env.wrappers``."""
+    if multi_agent:
+        return make_multi_agent_env(env_id, {**kwargs, "render_mode": "rgb_array"})
+    if env_id in ENVS:
+        entry = ENVS.entry(env_id)
+        if entry.info.get("vector", True):
+            raise RegistryError(f"env.id: rlrun env '{env_id}' is a vector env; render needs a gymnasium id "
+                                "or an env registered with vector=False that accepts render_mode")
+        return wrap_env(entry.obj(render_mode="rgb_array", **kwargs), parse_wrappers(wrappers))
+    check_env_id(env_id)  # imports the package of a MiniGrid id
+    return wrap_env(gym.make(env_id, render_mode="rgb_array", **kwargs), parse_wrappers(wrappers))
+
+
+def record_episodes(policy: Any, env: gym.Env, episodes: int, seed: int, max_frames: int,
+                    frame_skip: int, explore: bool = False) -> tuple[list[np.ndarray], list[float]]:
+    """Play greedy episodes (``explore``: sampled actions); return every ``frame_skip``-th frame (up to
+    ``max_frames``) and the returns."""
+    frames: list[np.ndarray] = []
+    returns: list[float] = []
+    box = isinstance(env.action_space, gym.spaces.Box)
+    t = 0
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        total, done = 0.0, False
+        state = policy.initial_state(1)  # [] unless the model is recurrent
+        while not done:
+            if t % frame_skip == 0 and len(frames) < max_frames:
+                frames.append(np.asarray(env.render()))
+            x = policy.filter_obs(np.asarray(obs)[None])
+            out = policy.compute_actions(x, explore=explore, state=state)
+            action, state = out.actions[0], out.state_out
+            if box:
+                action = np.clip(action, env.action_space.low, env.action_space.high)  # type: ignore[attr-defined]
+            obs, reward, term, trunc, _ = env.step(action)
+            total += float(reward)
+            done = bool(term or trunc)
+            t += 1
+        returns.append(total)
+    return frames, returns
