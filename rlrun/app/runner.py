@@ -26,11 +26,12 @@ from rlrun.app.run_files import (
     default_output_dir,
     write_checkpoint,
 )
+from rlrun.app.run_hooks import build_run_hooks
 from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
-from rlrun.core.metrics import STOP_COUNTERS, without_unused
+from rlrun.core.metrics import STOP_COUNTERS
 from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.core.sweep_info import SweepJob
 from rlrun.envs.make import probe_env_config
@@ -41,7 +42,7 @@ from rlrun.sources.plugins import load_plugins
 from rlrun.tracking.mlflow_runs import RUN_KEY_TAG
 from rlrun.tracking.pending import PENDING_FILE, finish_pending
 from rlrun.tracking.progress import ProgressLine, Summary
-from rlrun.tracking.tracker import Tracker, TrackingError, clean_metrics, default_tracking_uri, make_tracker
+from rlrun.tracking.tracker import Tracker, TrackingError, default_tracking_uri, make_tracker
 from rlrun.tracking.writer_messages import MetricRow
 from rlrun.training.checkpoint import (
     Checkpoint,
@@ -284,22 +285,14 @@ def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
 
 
 def _loop(ctx: _RunContext, trainer: Trainer) -> None:
-    """Iterate until a stop criterion is met: metrics to MLflow, progress, periodic checkpoints."""
-    cfg = ctx.cfg
+    """Iterate until a stop criterion is met; after each iteration the run's hooks (rlrun/app/run_hooks.py:
+    record it in the history and MLflow, show progress, periodic checkpoints)."""
+    hooks = build_run_hooks(ctx.cfg)
     while True:
         ctx.result = trainer.train()
-        ctx.history.append(ctx.result)
-        row = (without_unused(clean_metrics(ctx.result), ctx.used_metrics), int(ctx.result["timesteps_total"]),
-               int(time.time() * 1000))
-        ctx.metric_rows.append(row)
-        ctx.tracker.check()
-        ctx.tracker.log_metrics(*row)
-        ctx.progress.update(ctx.result)
-        every = cfg.checkpoint.every_n_iters
-        if every and trainer.iteration % every == 0:
-            write_checkpoint(trainer, cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
-                             ctx.run_key)
-        met = stop_reason(cfg.stop, ctx.result)
+        for hook in hooks:
+            hook.after_iteration(ctx, trainer, ctx.result)
+        met = stop_reason(ctx.cfg.stop, ctx.result)
         if met:
             ctx.reason = met
             return

@@ -1,0 +1,56 @@
+"""What a run does after each training iteration besides the Trainer's own hooks (evaluation,
+off-policy estimates, callbacks: rlrun/training/hooks.py): record the iteration (the run's history,
+MLflow through the writer process), show it on the progress line, and write a checkpoint every
+``checkpoint.every_n_iters``. Each is a ``RunHook`` built once per run, called in this order; the
+stop criterion is checked after them, so a stopping iteration is recorded and shown like any other.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from rlrun.app.run_files import write_checkpoint
+from rlrun.core.metrics import without_unused
+from rlrun.tracking.tracker import clean_metrics
+
+
+class RunHook(Protocol):
+    def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
+        """``ctx``: the run's shared state (rlrun/app/runner.py: ``_RunContext``)."""
+        ...
+
+
+class RecordIteration:
+    """The iteration into the run's history and, as one metric row at its env step, to MLflow (a
+    tracker whose writer died fails the run here, not at the end)."""
+
+    def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
+        ctx.history.append(result)
+        row = (without_unused(clean_metrics(result), ctx.used_metrics), int(result["timesteps_total"]),
+               int(time.time() * 1000))
+        ctx.metric_rows.append(row)
+        ctx.tracker.check()
+        ctx.tracker.log_metrics(*row)
+
+
+class ShowProgress:
+    def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
+        ctx.progress.update(result)
+
+
+class CheckpointEvery:
+    """A checkpoint every ``n`` iterations (the final one is written when the run ends)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
+        if trainer.iteration % self.n == 0:
+            write_checkpoint(trainer, ctx.cfg, result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
+                             ctx.run_key)
+
+
+def build_run_hooks(cfg: Any) -> list[RunHook]:
+    every = cfg.checkpoint.every_n_iters
+    return [RecordIteration(), ShowProgress(), *([CheckpointEvery(every)] if every else [])]
