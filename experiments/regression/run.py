@@ -5,7 +5,8 @@ iteration's throughput (median `time/env_steps_per_s`: env steps sampled per sec
 iteration) and the learner's (median `time/learn_throughput`: minibatch rows trained per second of
 learning). `ppo_cartpole_ray2` runs PPO with the same 2 Ray workers as `appo_cartpole`, so the two
 compare like for like.
-Writes results/<suite>.md, results/<suite>.csv and results/curves_<preset>.png, and logs them as
+Writes results/<name>.md, results/<name>.csv and results/curves_<preset>.png (<name>_curves_<preset>.png
+with --name other than latest), and logs them as
 artifacts of one MLflow run (experiment "regression") in results/mlflow.db.
 
     python experiments/regression/run.py --seeds 0 1 2                 # every preset
@@ -105,7 +106,8 @@ def main() -> None:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        path = out / f"curves_{preset}.png"
+        stem = "curves" if args.name == "latest" else f"{args.name}_curves"  # a named run keeps the plots of record
+        path = out / f"{stem}_{preset}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
         plots.append(path)
