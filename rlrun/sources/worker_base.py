@@ -190,10 +190,13 @@ def flatten_fragment(frag: SampleBatch) -> SampleBatch:
 
 
 def finish_fragment(policy: Any, frag: SampleBatch, last_obs: np.ndarray, state: list[np.ndarray] | None,
-                    record_next_obs: bool) -> SampleBatch:
+                    record_next_obs: bool, last_values: np.ndarray | None = None) -> SampleBatch:
     """A policy's time-major fragment ``[T, slots]`` -> its postprocessed flat batch of valid rows.
     ``last_obs``/``state``: what each slot sees after the last step (the bootstrap values'
-    input; a slot whose row there is invalid holds its final observation)."""
+    input; a slot whose row there is invalid holds its final observation). ``last_values``: those
+    values when the caller has them already (the policy server's)."""
     if policy.needs_next_obs or record_next_obs:  # the dummy row's obs is the final obs
         frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], last_obs[None]], axis=0)
-    return flatten_fragment(policy.postprocess_trajectory(frag, policy.compute_values(last_obs, state)))
+    if last_values is None:
+        last_values = policy.compute_values(last_obs, state)
+    return flatten_fragment(policy.postprocess_trajectory(frag, last_values))

@@ -38,7 +38,7 @@ from rlrun.sources.serving.app import PolicyServer
 from rlrun.sources.serving.episodes import EpisodeTable, Segment
 from rlrun.sources.serving.local import act_one
 from rlrun.sources.serving.wire import PROTOCOL, encode_array
-from rlrun.sources.worker_base import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, flatten_fragment
+from rlrun.sources.worker_base import VALID, EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec, finish_fragment
 
 SB = SampleBatch
 
@@ -167,9 +167,8 @@ class ServerWorker(WorkerBase):
                 frag[SB.TRUNCATEDS][T - 2, s] = True
                 frag[SB.OBS][T - 1, s] = next_obs[s]
                 frag[SB.VF_PREDS][T - 1, s] = boot[s]
-        if p.needs_next_obs or self.spec.record_next_obs:
-            frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], next_obs[None]], axis=0)
-        return flatten_fragment(p.postprocess_trajectory(frag, np.where(terminated | truncated, 0.0, boot)))
+        return finish_fragment(p, frag, next_obs, None, self.spec.record_next_obs,
+                               np.where(terminated | truncated, 0.0, boot))
 
     def extra_metrics(self) -> dict[str, float]:
         return {"workers/num_abandoned_episodes": float(self.table.num_abandoned),
