@@ -31,6 +31,7 @@ _EXPORTS = {
     "ENVS": "rlrun.core.registry", "HEURISTICS": "rlrun.core.registry", "LOSSES": "rlrun.core.registry",
     "MODELS": "rlrun.core.registry", "OPTIMIZERS": "rlrun.core.registry", "POLICY_MAPPINGS": "rlrun.core.registry",
     "WRAPPERS": "rlrun.core.registry", "SOURCES": "rlrun.core.registry", "HOOKS": "rlrun.core.registry",
+    "WORKERS": "rlrun.core.registry",
     # config schemas a plugin extends
     "AlgoConfig": "rlrun.config.schemas", "LossConfig": "rlrun.config.schemas", "ModelConfig": "rlrun.config.schemas",
     "RunConfig": "rlrun.config.schemas", "ConfigError": "rlrun.config.typed",
@@ -45,6 +46,8 @@ _EXPORTS = {
     # experience sources and callbacks
     "ExperienceSource": "rlrun.sources.source", "SourceContext": "rlrun.sources.source",
     "Callbacks": "rlrun.sources.callbacks", "IterationHook": "rlrun.training.hooks",
+    "RolloutWorker": "rlrun.sources.rollout_worker", "WorkerBase": "rlrun.sources.worker_base",
+    "WorkerSpec": "rlrun.sources.worker_base",
     # running: from a script, and the external-application client
     "run": "rlrun.app.runner", "make_trainer": "rlrun.app.runner", "compose": "rlrun.app.compose",
     "PolicyClient": "rlrun.app.client", "RunFinished": "rlrun.app.client",

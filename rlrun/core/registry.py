@@ -111,3 +111,6 @@ CALLBACKS: Registry[Any] = Registry("callbacks")  # Callbacks subclasses for `ca
 SOURCES: Registry[Any] = Registry("experience source")
 # after each training iteration (rlrun/training/hooks.py): factories (Trainer) -> hook or None; info: `order`
 HOOKS: Registry[Any] = Registry("trainer hook")
+# the kinds of rollout worker (rlrun/sources/worker_kinds.py): loaders () -> worker class; info: `when`
+# ((cfg, local) -> bool: this run's workers are of this kind) and `order` (asked lowest first)
+WORKERS: Registry[Any] = Registry("worker kind")

@@ -22,7 +22,8 @@ from rlrun.core.errors import PluginError, RayConnectionError, WorkerFailure  # 
 from rlrun.core.registry import RegistryError
 from rlrun.data.batch import SampleBatch
 from rlrun.sources.ray_instance import init_ray, shutdown_ray
-from rlrun.sources.rollout_worker import EpisodeStats, PolicyFactory, RolloutWorker, WorkerBase, WorkerSpec
+from rlrun.sources.rollout_worker import EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec
+from rlrun.sources.worker_kinds import worker_class
 
 if TYPE_CHECKING:
     from rlrun.sources.serving.on_ray import RayServers
@@ -44,27 +45,6 @@ def _raise_user_error(e: Any) -> None:
     cause = getattr(e, "cause", None)
     if isinstance(cause, PluginError | WorkerFailure):  # WorkerFailure: e.g. a policy server no client feeds
         raise cause from None
-
-
-def worker_class(cfg: RunConfig, local: bool = False) -> Any:
-    """RolloutWorker, or MultiAgentRolloutWorker when ``multiagent.policies`` is set, or ServerWorker
-    (external clients drive the episodes) with ``rollout=server``, or SpacesOnlyWorker (it never
-    samples) for the local worker of a run without an env (``env.id: null``: rows come from
-    ``input`` files) or of a ``rollout=server`` run whose servers are Ray workers."""
-    serving_remotely = local and cfg.rollout.server is not None and cfg.rollout.num_workers > 0
-    if (cfg.rollout.server is None and cfg.env.id is None) or serving_remotely:
-        from rlrun.sources.spaces_only_worker import SpacesOnlyWorker
-
-        return SpacesOnlyWorker
-    if cfg.rollout.server is not None:
-        from rlrun.sources.serving.worker import ServerWorker
-
-        return ServerWorker
-    if cfg.multiagent.policies:
-        from rlrun.sources.rollout_worker import MultiAgentRolloutWorker
-
-        return MultiAgentRolloutWorker
-    return RolloutWorker
 
 
 class WorkerSet:
