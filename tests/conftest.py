@@ -138,6 +138,15 @@ def cli(tmp_path):
     return lambda *args, **kw: run_cli(list(args), tmp_path, **kw)
 
 
+@pytest.fixture
+def refuse(tmp_path):
+    """For commands the CLI refuses before it trains: ``rlrun`` called in this process (tests/inprocess.py),
+    in ``tmp_path``; the same exit status and output as ``cli``, ~20x sooner."""
+    from tests.inprocess import cli_in_process
+
+    return lambda *args: cli_in_process(list(args), tmp_path)
+
+
 def run_summary(stdout: str) -> dict[str, str]:
     """The end-of-run summary a run prints (rlrun/tracking/progress.py ``Summary``): ``stopped`` (the reason),
     ``final`` (return), ``steps``, ``output``, ``checkpoint``, ``run_name``, ``run_id``, ``browse``."""

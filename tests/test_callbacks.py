@@ -118,6 +118,7 @@ def _plugin(tmp_path, text=POLE_ANGLE, name="my_callbacks"):
     return d
 
 
+@pytest.mark.slow
 def test_a_plugin_callbacks_custom_metric_reaches_mlflow_and_is_a_stop_key(cli, tmp_path):
     _plugin(tmp_path)
     p = cli("+experiment=ppo_cartpole", "plugins=[user_code.my_callbacks]", "callbacks=[pole_angle]",
@@ -134,6 +135,7 @@ def test_a_plugin_callbacks_custom_metric_reaches_mlflow_and_is_a_stop_key(cli, 
     assert 1 <= len(history) <= 8
 
 
+@pytest.mark.slow
 def test_no_custom_metric_when_no_episode_ended(cli, tmp_path):
     _plugin(tmp_path)
     p = cli("plugins=[user_code.my_callbacks]", "callbacks=[pole_angle]", "algo.train_batch_size=16",
@@ -145,6 +147,7 @@ def test_no_custom_metric_when_no_episode_ended(cli, tmp_path):
     assert not [k for k in metrics if k.startswith("custom/pole")] and metrics["rollout/episodes_this_iter"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hook", ["on_episode_end", "on_train_result"])
 def test_a_raising_callback_stops_the_run_with_one_line_naming_it_and_the_hook(cli, tmp_path, hook):
     _plugin(tmp_path, f"from rlrun import CALLBACKS, Callbacks\n@CALLBACKS.register('broken')\n"
@@ -160,8 +163,8 @@ def test_a_raising_callback_stops_the_run_with_one_line_naming_it_and_the_hook(c
     (["++stop={custom/pole_angle_max_mean: 1}"], "stop.custom/pole_angle_max_mean: 'custom/pole_angle_max_mean' is "
                                                  "not a metric"),
 ])
-def test_unknown_callbacks_and_custom_stop_keys_without_callbacks_are_refused(cli, args, message):
-    p = cli(*args, "tracking=none")
+def test_unknown_callbacks_and_custom_stop_keys_without_callbacks_are_refused(refuse, args, message):
+    p = refuse(*args, "tracking=none")
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
 

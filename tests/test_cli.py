@@ -53,13 +53,13 @@ def test_python_dash_m_runs_debug_fast_and_prints_progress(cli):
     (["loss=seed_pg", "plugins=[seedpg]"], "'seed_pg' is a registered loss; use loss=custom loss.name=seed_pg"),
     (["multiagent.policies={me: {}}"], "replace it whole with ++multiagent.policies=<value>"),
 ])
-def test_common_mistakes_get_one_line_with_the_fix(cli, tmp_path, args, hint):
+def test_common_mistakes_get_one_line_with_the_fix(refuse, tmp_path, args, hint):
     (tmp_path / "seedpg.py").write_text(
         "from rlrun import LOSSES, LossOutput, SampleBatch as SB\n"
         "@LOSSES.register('seed_pg', requires=(SB.OBS, SB.ACTIONS, SB.REWARDS), terms=('pg',))\n"
         "def seed_pg(policy, model, dist_class, batch):\n"
         "    return LossOutput(model(batch[SB.OBS]).dist_inputs.sum(), {'pg': 0.0})\n")
-    p = cli(*args, "tracking=none")
+    p = refuse(*args, "tracking=none")
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("rlrun: error: "), p.stderr[-2000:]
     assert hint in lines[0], lines[0]
@@ -76,6 +76,7 @@ def test_help_is_rlruns_own_and_version_names_the_stack(cli):
     assert p.returncode == 0 and re.fullmatch(r"rlrun \d+\.\d+\.\d+ \(torch .*, ray .*\)\n", p.stdout), p.stdout
 
 
+@pytest.mark.slow
 def test_a_preset_on_another_env_drops_its_target_and_experiment_name(cli, tmp_path):
     p = cli("+experiment=ppo_cartpole", "env.id=Acrobot-v1", "stop.timesteps_total=1024", "progress=true")
     assert p.returncode == 0, p.stderr[-2000:]

@@ -65,8 +65,8 @@ def test_conv_filters_that_shrink_the_image_away_are_refused():
     (["model=cnn", "model.conv_filters=[[8,4]]"], "model.conv_filters[0]: expected [out_channels, kernel, stride]"),
     (["model=cnn", "env.id=CartPole-v1", "env.wrappers=[]"], "cnn needs image observations"),
 ])
-def test_the_cli_refuses_a_cnn_that_cannot_fit_before_compute(cli, tmp_path, args, message):
-    p = cli("+experiment=ppo_minigrid_empty", *args)
+def test_the_cli_refuses_a_cnn_that_cannot_fit_before_compute(refuse, tmp_path, args, message):
+    p = refuse("+experiment=ppo_minigrid_empty", *args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob("outputs/*/*/checkpoints"))

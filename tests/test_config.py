@@ -41,8 +41,8 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize(("overrides", "code", "needles"), CLI_CASES, ids=[" ".join(c[0]) for c in CLI_CASES])
-def test_cli_rejects_bad_input_with_one_clear_message(cli, tmp_path, overrides, code, needles):
-    p = cli(*overrides, "tracking=none")
+def test_cli_rejects_bad_input_with_one_clear_message(refuse, tmp_path, overrides, code, needles):
+    p = refuse(*overrides, "tracking=none")
     assert p.returncode == code, p.stderr
     err = p.stderr
     for n in needles:

@@ -46,8 +46,8 @@ def test_ids_envpool_lacks_and_bad_kwargs_are_one_line():
     (["env.id=Taxi-v4"], "env.vectorize: envpool has no env 'Taxi-v4'"),
     (["+env.kwargs.bogus=1"], "env.kwargs: envpool's CartPole-v1 rejected {'bogus': 1}"),
 ])
-def test_the_cli_refuses_them_before_training(tmp_path, args, expect):
-    p = run_cli(["+experiment=ppo_cartpole", "env.vectorize=envpool", "tracking=none", *args], tmp_path)
+def test_the_cli_refuses_them_before_training(refuse, args, expect):
+    p = refuse("+experiment=ppo_cartpole", "env.vectorize=envpool", "tracking=none", *args)
     assert p.returncode == 2, p.stderr[-2000:]
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("rlrun: error:")]
     assert len(errors) == 1 and expect in errors[0] and "Traceback" not in p.stderr, p.stderr[-2000:]

@@ -46,6 +46,7 @@ def _eval_cli(cwd, *args):
                           text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_pyfunc_model_returns_the_policys_greedy_actions(cartpole_run):
     d, result = cartpole_run
     model = _load_model(d, result.run_id)
@@ -59,6 +60,7 @@ def test_pyfunc_model_returns_the_policys_greedy_actions(cartpole_run):
     assert sig is not None and tuple(sig.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 4)
 
 
+@pytest.mark.slow
 def test_continuous_actions_are_clipped_to_the_box(tmp_path):
     r = _train(tmp_path, "+experiment=ppo_pendulum", "stop.training_iteration=1")
     model = _load_model(tmp_path, r.run_id)
@@ -74,6 +76,7 @@ def test_log_model_false_logs_no_model(tmp_path):
     assert not client.search_logged_models(experiment_ids=[client.get_run(r.run_id).info.experiment_id])
 
 
+@pytest.mark.slow
 def test_rlrun_eval_logs_result_and_video_to_the_run(cartpole_run):
     d, result = cartpole_run
     p = _eval_cli(d, f"checkpoint={result.run_id}", "episodes=4", "render=true", "max_frames=40")

@@ -156,7 +156,7 @@ def test_each_policy_of_a_multi_agent_run_has_its_own_filter(tmp_path):
     (["rollout.observation_filter=mean_std", "rollout.observation_filter_clip=0"],
      "rollout.observation_filter_clip: must be positive, got 0"),
 ])
-def test_bad_filter_settings_are_refused_with_one_line(cli, args, message):
-    p = cli(*args, "tracking=none")
+def test_bad_filter_settings_are_refused_with_one_line(refuse, args, message):
+    p = refuse(*args, "tracking=none")
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun.tracking import writer as mlflow_writer
@@ -77,6 +78,7 @@ def test_anything_but_init_or_call_first_is_refused():
     assert replies == [msg.Error("expected Init, got Tags")]
 
 
+@pytest.mark.slow
 def test_the_shared_writer_refuses_connections_without_its_key(tmp_path):
     """A sweep's writer socket: wrong key -> refused; a silent client is dropped; the writer serves
     a client with the key afterwards as if nothing happened."""

@@ -106,8 +106,8 @@ def test_agents_and_spaces_are_checked_against_the_env_before_compute(overrides,
     assert message in str(e.value), str(e.value)
 
 
-def test_the_cli_refuses_a_mapping_to_an_unknown_policy_in_one_line(cli):
-    p = cli("+experiment=ppo_multi_cartpole", "+multiagent.policy_mapping.p7=['*']")
+def test_the_cli_refuses_a_mapping_to_an_unknown_policy_in_one_line(refuse):
+    p = refuse("+experiment=ppo_multi_cartpole", "+multiagent.policy_mapping.p7=['*']")
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
     assert lines[0] == ("rlrun: error: multiagent.policy_mapping.p7: unknown policy 'p7' (did you mean 'p1'?); "
@@ -136,9 +136,9 @@ ENVS.add("odd_cartpole", OddCartPole, multi_agent=True)
     (["+experiment=ppo_multi_cartpole", "env.id=odd_cartpole", "plugins=[odd_spaces]"],
      "multiagent.policy_mapping: agents 'agent_1' and 'agent_3' share policy 'p1' but their spaces differ"),
 ])
-def test_the_cli_refuses_bad_multi_agent_configs_before_anything_starts(cli, tmp_path, args, start):
+def test_the_cli_refuses_bad_multi_agent_configs_before_anything_starts(refuse, tmp_path, args, start):
     (tmp_path / "odd_spaces.py").write_text(ODD_SPACES_PLUGIN)
-    p = cli(*args)
+    p = refuse(*args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
     assert lines[0].startswith(f"rlrun: error: {start}"), lines

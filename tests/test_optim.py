@@ -54,7 +54,7 @@ def test_any_torch_optimizer_by_name_with_its_options(tmp_path):
     ("+algo.optimizer.kwargs.momentun=0.9", "algo.optimizer.kwargs.momentun: optimizer 'adam' takes no 'momentun'"),
     ("+algo.optimizer.kwargs.lr=0.1", "(the learning rate is algo.lr)"),
 ])
-def test_bad_optimizer_settings_are_refused_before_compute(override, message, cli):
-    p = cli("+experiment=ppo_cartpole", "tracking=none", override)
+def test_bad_optimizer_settings_are_refused_before_compute(override, message, refuse):
+    p = refuse("+experiment=ppo_cartpole", "tracking=none", override)
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert "Traceback" not in p.stderr

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import REPO, rlrun_cmd
@@ -51,6 +52,7 @@ def assert_complete(cwd: Path, out_dir: Path, iterations: int) -> None:
     assert not (out_dir / "mlflow-pending.json").exists()
 
 
+@pytest.mark.slow
 def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
     proc, out_dir = start_run(tmp_path, "stop.training_iteration=2")
     assert proc.wait(timeout=600) == 0
@@ -67,6 +69,7 @@ def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
     assert p.returncode == 0 and p.stdout.strip() == "rlrun-wait: nothing pending", p.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_writer_loses_nothing(tmp_path):
     """SIGKILL to the writer right after rlrun returned: its record is replayed into the run."""
     for _attempt in range(3):  # the writer finishing before the kill would leave nothing to test
@@ -88,6 +91,7 @@ def test_a_killed_writer_loses_nothing(tmp_path):
     assert_complete(tmp_path, out_dir, 3)
 
 
+@pytest.mark.slow
 def test_tracking_wait_true_returns_with_the_run_complete(tmp_path):
     proc, out_dir = start_run(tmp_path, "stop.training_iteration=1", "tracking.wait=true")
     assert proc.wait(timeout=600) == 0
@@ -106,6 +110,7 @@ def test_rlrun_wait_refuses_what_it_cannot_read(tmp_path):
     assert p.returncode == 2 and p.stderr.strip() == "rlrun-wait: error: no/such/dir: no such file or directory"
 
 
+@pytest.mark.slow
 def test_a_resume_first_finishes_the_record_a_killed_writer_left(tmp_path):
     """resume= of a run whose writer died before it was done: the record is replayed before the
     resumed run starts, so the old writer's last word cannot land on the resumed run."""
@@ -128,6 +133,7 @@ def test_a_resume_first_finishes_the_record_a_killed_writer_left(tmp_path):
     assert len(steps) == 3 and steps == sorted(steps), steps
 
 
+@pytest.mark.slow
 def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path):
     """A short run's checkpoint can be written before the writer has created the MLflow run: it names
     the run by its ``rlrun.run_key`` tag only. rlrun-eval (while the writer may still be finishing)
@@ -155,6 +161,7 @@ def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path
     assert len(client.get_metric_history(run.info.run_id, "timesteps_total")) == 2
 
 
+@pytest.mark.slow
 def test_a_replay_without_the_run_id_finds_the_run_the_dead_writer_created(tmp_path):
     """A record written before the trainer learnt the MLflow run id: rlrun-wait's replay finds the
     run the killed writer had created by its run key instead of making a second one."""

@@ -246,6 +246,7 @@ def run_cluster_block(block: Block, launch: Path) -> None:
     assert p.returncode == 0, f"$ {cmd}\nexit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
 def test_readme_block_runs(block: Block, launch: Path):
     if block.text.startswith("export RAY_AUTH_MODE=token"):

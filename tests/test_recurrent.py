@@ -118,6 +118,7 @@ def test_recurrent_configs_that_cannot_work_are_refused_before_compute(cli, tmp_
     assert not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_a2c_and_pg_train_an_lstm_and_the_mlflow_model_takes_and_returns_state(tmp_path, cli):
     p = cli("algo=a2c", "model=lstm", "stop.training_iteration=3", "env.wrappers=[{name: mask_observation, "
             "keep: [0, 2]}]", "rollout.observation_filter=mean_std")

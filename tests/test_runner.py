@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun.app.runner import stop_reason
@@ -19,6 +20,7 @@ def test_stop_reason_any_criterion_and_nan_never_meets():
     assert "rollout/episode_return_mean" in stop_reason(stop, {"timesteps_total": 1, "rollout/episode_return_mean": 11})
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
     import os
 
@@ -47,6 +49,7 @@ def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
     assert ckpt.path.startswith("checkpoints/iter_")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_path):
     import os
 
@@ -90,6 +93,7 @@ def test_sigkill_then_resume_latest_reaches_475_with_one_continuous_history(tmp_
     assert run.data.metrics["timesteps_total"] <= 150_000 + 600
 
 
+@pytest.mark.slow
 def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_and_timed(tmp_path):
     import os
 

@@ -33,6 +33,7 @@ def _sweep_runs(client, experiment="ppo_cartpole"):
     return parent, sorted(children, key=lambda r: int(r.data.tags["rlrun.job_num"]))
 
 
+@pytest.mark.slow
 def test_multirun_makes_one_parent_and_a_child_per_job_with_the_summary(tmp_path):
     p = run_cli(["-m", "+experiment=ppo_cartpole", "seed=0,1", "algo.lr=1e-3,3e-4", "stop.timesteps_total=3000",
                  "progress=false"], tmp_path)
@@ -53,6 +54,7 @@ def test_multirun_makes_one_parent_and_a_child_per_job_with_the_summary(tmp_path
     assert p.stdout.count("| FINISHED |") == 4 and "4 jobs, 4 finished, 0 failed" in p.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_recorded_and_the_others_finish(tmp_path):
     p = run_cli(["-m", "+experiment=ppo_cartpole", "algo.lr=-1,3e-4", "stop.timesteps_total=2000",
                  "progress=false"], tmp_path)
@@ -85,6 +87,7 @@ ENVS.add("explodes", Explodes, vector=False)
 """
 
 
+@pytest.mark.slow
 def test_a_job_failing_inside_the_run_keeps_its_run_and_error(tmp_path):
     (tmp_path / "explode_env.py").write_text(EXPLODING_ENV)
     p = run_cli(["-m", "+experiment=ppo_cartpole", "env.id=explodes", "plugins=[explode_env]", "seed=0,1",
@@ -99,6 +102,7 @@ def test_a_job_failing_inside_the_run_keeps_its_run_and_error(tmp_path):
         assert {"config.yaml", "job.log"} <= {a.path for a in client.list_artifacts(c.info.run_id)}
 
 
+@pytest.mark.slow
 def test_sweep_exits_nonzero_only_when_every_job_failed(tmp_path):
     p = run_cli(["-m", "+experiment=ppo_cartpole", "algo.lr=-1,-2", "progress=false"], tmp_path)
     assert p.returncode == 1
@@ -107,6 +111,7 @@ def test_sweep_exits_nonzero_only_when_every_job_failed(tmp_path):
     assert parent.info.status == "FAILED" and [c.info.status for c in children] == ["FAILED", "FAILED"]
 
 
+@pytest.mark.slow
 def test_rlrun_report_regenerates_the_summary(tmp_path):
     p = run_cli(["-m", "+experiment=ppo_cartpole", "seed=0,1", "stop.timesteps_total=1000", "progress=false"],
                 tmp_path)
@@ -128,6 +133,7 @@ def test_rlrun_report_regenerates_the_summary(tmp_path):
     assert bad.returncode == 2 and "nope: not a sweep directory" in bad.stderr
 
 
+@pytest.mark.slow
 def test_optuna_search_runs_its_trials_and_reports_the_best(tmp_path):
     p = run_cli(["-m", "+experiment=ppo_cartpole", "hparams_search=ppo_cartpole_optuna", "hydra.sweeper.n_trials=3",
                  "stop.timesteps_total=2000", "progress=false"], tmp_path)
@@ -231,6 +237,7 @@ def test_ray_launcher_joins_an_existing_cluster(tmp_path):
     assert [c.info.status for c in children] == ["FINISHED", "FINISHED"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_marks_the_running_job_and_the_parent_killed(tmp_path):
     cmd = [sys.executable, "-m", "rlrun", "-m", "+experiment=ppo_pendulum", "seed=0,1", "progress=false"]
     p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

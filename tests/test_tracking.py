@@ -100,6 +100,7 @@ def test_periodic_checkpoints_are_uploaded_and_pruned_locally(tmp_path):
     assert not [p for p in (tmp_path / "out" / "checkpoints").iterdir() if p.name.startswith(".")]  # no temp dirs
 
 
+@pytest.mark.slow
 def test_local_checkpoints_stay_bounded_while_uploads_lag(tmp_path):
     import threading
 

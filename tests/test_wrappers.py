@@ -93,8 +93,8 @@ def test_bad_wrapper_entries_are_named(wrappers, message):
     (["env.wrappers=[frame_stack]", "env.vectorize=vector_entry_point"],
      "env.wrappers[0]: wrapper 'frame_stack' has no vector form"),
 ])
-def test_the_cli_refuses_bad_wrappers_with_one_line_before_compute(cli, tmp_path, args, message):
-    p = cli(*args)
+def test_the_cli_refuses_bad_wrappers_with_one_line_before_compute(refuse, tmp_path, args, message):
+    p = refuse(*args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob("outputs/*/*/checkpoints"))

@@ -1,0 +1,87 @@
+"""The ``rlrun`` command called in this process: the CLI's own entry function (``rlrun.app.cli._cli``,
+what ``python -m rlrun`` runs before it ends the process) with its argv, working directory, stdout and
+stderr, and everything it changes put back afterwards. A refusal case costs ~0.1 s this way against
+~2 s for a fresh interpreter that imports torch, Hydra and MLflow; a few cases of each kind still run
+as real processes (tests/test_bad_input.py) and must give the same line.
+
+Put back after each call: the working directory, ``sys.argv``, ``sys.path``, the environment, the
+SIGTERM handler, torch's thread count, Hydra's global state, and the plugin modules the case imported
+from its own directory with every registry entry they made (so the next case imports its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import signal
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class CliResult:
+    """What ``subprocess.run(..., capture_output=True, text=True)`` gives, as far as the tests read it."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _prepare() -> None:
+    """Import what registers on import once, before the first case, so no case's clean-up removes it."""
+    import rlrun.app.cli
+    import rlrun.sources.worker_set
+    import rlrun.training.trainer  # noqa: F401  (trainer hooks)
+    from rlrun.sources.plugins import load_builtins
+
+    load_builtins()
+
+
+def cli_in_process(args: list[str], cwd: str | Path) -> CliResult:
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rlrun.app import cli
+    from rlrun.core import registry
+
+    _prepare()
+    cwd = Path(cwd).resolve()
+    saved = (os.getcwd(), list(sys.argv), list(sys.path), dict(os.environ), signal.getsignal(signal.SIGTERM),
+             torch.get_num_threads(), set(sys.modules))
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None
+    try:
+        os.chdir(cwd)
+        sys.argv = ["rlrun", *args]
+        importlib.invalidate_caches()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = cli._cli()
+            except SystemExit as e:
+                code = e.code
+            if isinstance(code, str):  # sys.exit("message"), as cli.main() reports it
+                print(code, file=sys.stderr)
+                code = 1
+    finally:
+        cwd_before, argv, path, environ, sigterm, threads, modules = saved
+        os.chdir(cwd_before)
+        sys.argv[:] = argv
+        sys.path[:] = path
+        os.environ.clear()
+        os.environ.update(environ)
+        signal.signal(signal.SIGTERM, sigterm)
+        torch.set_num_threads(threads)
+        GlobalHydra.instance().clear()
+        plugins = {name for name in set(sys.modules) - modules
+                   if Path(getattr(sys.modules[name], "__file__", None) or "/").resolve().is_relative_to(cwd)}
+        for name in plugins:
+            del sys.modules[name]
+        for table in vars(registry).values():
+            if isinstance(table, registry.Registry):
+                for name in [n for n, e in table._entries.items() if getattr(e.obj, "__module__", None) in plugins]:
+                    del table._entries[name]
+    return CliResult(list(args), int(code or 0), out.getvalue(), err.getvalue())
