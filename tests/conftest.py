@@ -1,6 +1,7 @@
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,10 @@ SUITE_TMP_EXPECTED = {"inductor"}  # torch's compile cache: the suite's own, rem
 
 def pytest_configure(config):
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
-    SUITE_TMP.append(tempfile.mkdtemp(prefix="rls"))
+    # the machine's temp dir, also for pytest-xdist's workers (they inherit the TMPDIR set below): each
+    # process of the suite gets a dir of its own beside the others', not inside its parent's
+    root = os.environ.setdefault("RLRUN_SUITE_TMP_ROOT", tempfile.gettempdir())
+    SUITE_TMP.append(tempfile.mkdtemp(prefix="rls", dir=root))
     for var in ("TMPDIR", "RAY_TMPDIR"):
         os.environ[var] = SUITE_TMP[0]
     tempfile.tempdir = SUITE_TMP[0]
@@ -127,6 +131,13 @@ def recorded(tmp_path_factory):
     assert p.returncode == 0, p.stderr
     assert "recorded 100 episodes" in p.stdout, p.stdout
     return d
+
+
+def ctrl_c_reaches_it() -> None:
+    """``preexec_fn`` for a process a test will send Ctrl-C (SIGINT): SIGINT back to its default, as a
+    terminal's foreground process has it. A suite started in the background by a non-interactive shell
+    (``.ci/run &``) inherits SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def rlrun_cmd(*args):

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun.app.runner import stop_reason
-from tests.conftest import REPO, rlrun_cmd, run_summary
+from tests.conftest import REPO, ctrl_c_reaches_it, rlrun_cmd, run_summary
 
 
 def test_stop_reason_any_criterion_and_nan_never_meets():
@@ -28,7 +28,7 @@ def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
     proc = subprocess.Popen(rlrun_cmd("+experiment=ppo_cartpole", "stop.timesteps_total=10000000",
                                       "++stop={rollout/episode_return_mean: 1000}"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ctrl_c_reaches_it)
     try:
         deadline = time.monotonic() + 120
         line = ""

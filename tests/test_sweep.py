@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from rlrun.tracking.report import seed_curves, setting_of
 
-from .conftest import REPO, isolated, on_ray_cluster, run_cli
+from .conftest import REPO, ctrl_c_reaches_it, isolated, on_ray_cluster, run_cli
 
 SUMMARY = {"multirun.yaml", "sweep_summary.csv", "sweep_summary.md", "sweep_returns.png"}
 
@@ -241,7 +241,7 @@ def test_ray_launcher_joins_an_existing_cluster(tmp_path):
 def test_ctrl_c_marks_the_running_job_and_the_parent_killed(tmp_path):
     cmd = [sys.executable, "-m", "rlrun", "-m", "+experiment=ppo_pendulum", "seed=0,1", "progress=false"]
     p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=ctrl_c_reaches_it)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("multirun/*/*/0/job.log")) and time.monotonic() < deadline:
         time.sleep(0.5)
