@@ -35,6 +35,27 @@ def pytest_configure(config):
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP[0], "inductor")
 
 
+# The modules that take longest (seconds of test time, 2026-11-25, two pytest-xdist workers), run first:
+# each module is one unit of work (``xdist_group`` below), handed to the workers in collection order,
+# and the longest first keeps one long module from being the last thing the suite waits for.
+LONGEST_FIRST = ("test_readme", "test_sweep", "test_worker_set", "test_serving", "test_multi_agent", "test_recurrent",
+                 "test_faults", "test_bad_input", "test_learning", "test_offline", "test_pending")
+
+
+# modules that share a session fixture run on the same worker, so it is built once
+SAME_WORKER = {"test_ope": "test_offline"}  # `recorded`: a trained run and its recorded episodes
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # a stable sort: the tests of a module keep their order
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
+    # ``--dist loadgroup`` (pyproject.toml): one group per module, so a module's tests run in order on one
+    # worker and its module fixtures are built once
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(item.path.stem, item.path.stem)))
+
+
 def pytest_unconfigure(config):
     tempfile.tempdir = None
     for d in SUITE_TMP:
@@ -86,8 +107,12 @@ def on_ray_cluster(command, port):
     """argv: start a 2-CPU Ray head on ``port``, run the shell ``command`` against it, stop the head
     and exit with the command's status (90: the head did not start). In a loopback-only namespace."""
     ray_tmp = tempfile.mkdtemp(prefix="rt")  # short: Ray's socket paths have a length limit
+    # RAY_TMPDIR = the head's temp dir: `address=auto` reads the head's address from the ray_current_cluster
+    # file there; without it Ray looks for any running GCS process on the machine, and may find another
+    # test's cluster (in another network namespace, unreachable) when tests run in parallel
     script = textwrap.dedent(f"""
         set -u
+        export RAY_TMPDIR={ray_tmp}
         ray start --head --port={port} --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
             --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
         {command}
