@@ -46,6 +46,7 @@ LONGEST_FIRST = ("test_readme", "test_sweep", "test_worker_set", "test_serving",
 SAME_WORKER = {"test_ope": "test_offline"}  # `recorded`: a trained run and its recorded episodes
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     # a stable sort: the tests of a module keep their order
