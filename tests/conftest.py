@@ -83,9 +83,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_cli(args, cwd, timeout=600, env=None):
-    """Run the real `python -m rlrun` in ``cwd``; returns the CompletedProcess."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+def run_cli(args, cwd, timeout=600, env=None, base_env=None):
+    """Run the real `python -m rlrun` in ``cwd``; returns the CompletedProcess. ``base_env``: the
+    environment to start from instead of ``os.environ`` (a copy taken before something changes it)."""
+    full_env = {**(os.environ if base_env is None else base_env), "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "rlrun", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
 
@@ -178,7 +179,7 @@ def cli(tmp_path):
 @pytest.fixture
 def refuse(tmp_path):
     """For commands the CLI refuses before it trains: ``rlrun`` called in this process (tests/inprocess.py),
-    in ``tmp_path``; the same exit status and output as ``cli``, ~20x sooner."""
+    in ``tmp_path``; the same exit status and output as ``cli``, ~10x sooner."""
     from tests.inprocess import cli_in_process
 
     return lambda *args: cli_in_process(list(args), tmp_path)

@@ -1,8 +1,9 @@
-"""The ``rlrun`` command called in this process: the CLI's own entry function (``rlrun.app.cli._cli``,
-what ``python -m rlrun`` runs before it ends the process) with its argv, working directory, stdout and
-stderr, and everything it changes put back afterwards. A refusal case costs ~0.1 s this way against
-~2 s for a fresh interpreter that imports torch, Hydra and MLflow; a few cases of each kind still run
-as real processes (tests/test_bad_input.py) and must give the same line.
+"""The ``rlrun`` command called in this process: the CLI's own entry function
+(``rlrun.app.cli.exit_status``, what ``python -m rlrun`` runs before it ends the process) with its argv,
+working directory, stdout and stderr, and everything it changes put back afterwards. A refusal case
+costs ~0.25 s this way (Hydra composes the config twice) against ~2-3 s for a fresh interpreter that
+imports torch, Hydra and MLflow; a few cases of each kind still run as real processes
+(tests/test_bad_input.py) and must give the same line.
 
 Put back after each call: the working directory, ``sys.argv``, ``sys.path``, the environment, the
 SIGTERM handler, torch's thread count, Hydra's global state, and the plugin modules the case imported
@@ -53,19 +54,12 @@ def cli_in_process(args: list[str], cwd: str | Path) -> CliResult:
     saved = (os.getcwd(), list(sys.argv), list(sys.path), dict(os.environ), signal.getsignal(signal.SIGTERM),
              torch.get_num_threads(), set(sys.modules))
     out, err = io.StringIO(), io.StringIO()
-    code: int | str | None
     try:
         os.chdir(cwd)
         sys.argv = ["rlrun", *args]
         importlib.invalidate_caches()
         with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = cli._cli()
-            except SystemExit as e:
-                code = e.code
-            if isinstance(code, str):  # sys.exit("message"), as cli.main() reports it
-                print(code, file=sys.stderr)
-                code = 1
+            code = cli.exit_status()
     finally:
         cwd_before, argv, path, environ, sigterm, threads, modules = saved
         os.chdir(cwd_before)
@@ -84,4 +78,4 @@ def cli_in_process(args: list[str], cwd: str | Path) -> CliResult:
             if isinstance(table, registry.Registry):
                 for name in [n for n, e in table._entries.items() if getattr(e.obj, "__module__", None) in plugins]:
                     del table._entries[name]
-    return CliResult(list(args), int(code or 0), out.getvalue(), err.getvalue())
+    return CliResult(list(args), code, out.getvalue(), err.getvalue())

@@ -16,16 +16,16 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import run_cli
 from tests.inprocess import cli_in_process
 
 PPO = "+experiment=ppo_cartpole"
@@ -359,14 +359,15 @@ AS_PROCESS = {"lr negative", "train_batch_size huge", "algo typo", "unknown algo
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """{case: (in-process result or None, process result or None, its directory)}"""
+    """{case: {"in_process" and/or "process": (its result, its directory)}}"""
     base = tmp_path_factory.mktemp("bad_input")
     ck_run = cli_in_process([PPO, "tracking=none", "stop.training_iteration=1", "progress=false",
                              f"output_dir={base / 'good'}"], base)
     assert ck_run.returncode == 0, ck_run.stderr
     good = base / "good" / "checkpoints" / "iter_000001"
 
-    def prepare(name: str, case: Case, how: str) -> tuple[list[str], Path]:
+    def prepare(name: str, how: str) -> tuple[list[str], Path]:
+        case = CASES[name]
         d = base / how / name.replace(" ", "_")
         d.mkdir(parents=True)
         for rel, text in case.files.items():
@@ -376,31 +377,29 @@ def results(tmp_path_factory):
             tamper(case.checkpoint, good, d / "ck")
         return (case.args if case.tracked else [*case.args, "tracking=none"]), d
 
-    environ = {**os.environ, "PYTHONPATH": str(REPO)}  # now: an in-process case changes os.environ meanwhile
+    environ = dict(os.environ)  # now: an in-process case changes os.environ while the processes start
 
     def as_process(name: str) -> tuple[str, subprocess.CompletedProcess[str], Path]:
-        args, d = prepare(name, CASES[name], "process")
-        return name, subprocess.run([sys.executable, "-m", "rlrun", *args], cwd=d, capture_output=True, text=True,
-                                    timeout=300, env=environ), d
+        args, d = prepare(name, "process")
+        return name, run_cli(args, d, timeout=300, base_env=environ), d
 
-    out: dict[str, list] = {name: [None, None, None] for name in CASES}
+    out: dict[str, dict[str, tuple[Any, Path]]] = {name: {} for name in CASES}
     with ThreadPoolExecutor(max_workers=2) as pool:
         processes = pool.map(as_process, sorted(AS_PROCESS))
         for name, case in CASES.items():
             if not case.tracked:
-                args, d = prepare(name, case, "in_process")
-                out[name][0], out[name][2] = cli_in_process(args, d), d
+                args, d = prepare(name, "in_process")
+                out[name]["in_process"] = cli_in_process(args, d), d
         for name, p, d in processes:
-            out[name][1:] = [p, d]
+            out[name]["process"] = p, d
     return out
 
 
 @pytest.mark.parametrize("name", sorted(AS_PROCESS - {n for n, c in CASES.items() if c.tracked}))
 def test_a_real_process_refuses_as_the_in_process_call_does(name, results):
-    inside, process, _ = results[name]
-    where = {kind: results[name][2].parent.parent / kind / results[name][2].name for kind in ("in_process", "process")}
-    assert (process.returncode, process.stderr.replace(str(where["process"]), "<dir>")) == \
-        (inside.returncode, inside.stderr.replace(str(where["in_process"]), "<dir>"))
+    (inside, d_inside), (process, d_process) = results[name]["in_process"], results[name]["process"]
+    assert (process.returncode, process.stderr.replace(str(d_process), "<dir>")) == \
+        (inside.returncode, inside.stderr.replace(str(d_inside), "<dir>"))
 
 
 def test_there_are_at_least_100_cases():
@@ -410,8 +409,7 @@ def test_there_are_at_least_100_cases():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_gets_one_clear_line(name, results):
     case = CASES[name]
-    inside, process, d = results[name]
-    p = inside or process
+    p, d = results[name].get("in_process") or results[name]["process"]
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2, f"exit {p.returncode}\n{p.stderr[-3000:]}"
     assert "Traceback" not in p.stderr, p.stderr[-3000:]

@@ -161,6 +161,11 @@ def main() -> None:
     """The ``rlrun`` command. Ends the process itself once everything is written: exit handlers
     (Ray's shutdown, logging) run, the interpreter's teardown is skipped - with Ray's C++ core worker,
     torch and mlflow loaded it takes ~2 s and writes nothing of ours."""
+    exit_now(exit_status())
+
+
+def exit_status() -> int:
+    """Run the command (``sys.argv``) and return its exit status; the process stays up."""
     code: int | str | None
     try:
         code = _cli()
@@ -169,7 +174,7 @@ def main() -> None:
     if isinstance(code, str):  # sys.exit("message")
         print(code, file=sys.stderr)
         code = 1
-    exit_now(int(code or 0))
+    return int(code or 0)
 
 
 def exit_now(code: int) -> None:

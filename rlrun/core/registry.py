@@ -85,6 +85,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def ordered(self) -> list[str]:
+        """The names by their ``order`` info (lower first; 50 when unset), then by name."""
+        return sorted(self._entries, key=lambda n: (self._entries[n].info.get("order", 50), n))
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 

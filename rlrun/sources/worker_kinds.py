@@ -62,8 +62,8 @@ def env() -> type:
 
 def worker_kind(cfg: RunConfig, local: bool = False) -> str:
     """The name of the first kind (lowest ``order``) whose ``when`` takes this run."""
-    names = sorted(WORKERS, key=lambda n: (WORKERS.entry(n).info.get("order", 50), n))
-    return next(n for n in names if (when := WORKERS.entry(n).info.get("when")) is not None and when(cfg, local))
+    return next(n for n in WORKERS.ordered()
+                if (when := WORKERS.entry(n).info.get("when")) is not None and when(cfg, local))
 
 
 def worker_class(cfg: RunConfig, local: bool = False) -> Any:

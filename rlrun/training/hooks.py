@@ -29,8 +29,7 @@ class IterationHook(Protocol):
 
 def build_hooks(trainer: Any) -> list[IterationHook]:
     """The registered hooks this run asks for, in ``order``."""
-    names = sorted(HOOKS, key=lambda n: (HOOKS.entry(n).info.get("order", 50), n))
-    return [hook for name in names if (hook := HOOKS.get(name)(trainer)) is not None]
+    return [hook for name in HOOKS.ordered() if (hook := HOOKS.get(name)(trainer)) is not None]
 
 
 class CallbacksHook:
