@@ -109,14 +109,15 @@ def on_ray_cluster(command, port):
     """argv: start a 2-CPU Ray head on ``port``, run the shell ``command`` against it, stop the head
     and exit with the command's status (90: the head did not start). In a loopback-only namespace."""
     ray_tmp = tempfile.mkdtemp(prefix="rt")  # short: Ray's socket paths have a length limit
-    # RAY_TMPDIR = the head's temp dir: `address=auto` reads the head's address from the ray_current_cluster
-    # file there; without it Ray looks for any running GCS process on the machine, and may find another
-    # test's cluster (in another network namespace, unreachable) when tests run in parallel
+    # RAY_TMPDIR, and no --temp-dir: `ray start` writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster
+    # and `address=auto` reads it from there. (With --temp-dir=X it writes X/ray_current_cluster, which
+    # auto never reads: Ray then takes any GCS process it sees on the machine, and may find another test's
+    # cluster - in another network namespace, unreachable - when tests run in parallel.)
     script = textwrap.dedent(f"""
         set -u
         export RAY_TMPDIR={ray_tmp}
         ray start --head --port={port} --num-cpus=2 --include-dashboard=false --disable-usage-stats \\
-            --temp-dir={ray_tmp} >/dev/null 2>&1 || exit 90
+            >/dev/null 2>&1 || exit 90
         {command}
         rc=$?
         # stop only this head's processes (their command lines name its temp dir): `ray stop --force`

@@ -39,6 +39,30 @@ def runs_of(cwd: Path, out_dir: Path) -> list:
     return [r for r in client.search_runs(exps) if r.data.tags.get("rlrun.output_dir") == str(out_dir)]
 
 
+def kill_once_it_created_the_run(pid: int, cwd: Path, out_dir: Path, record: Path) -> bool:
+    """SIGKILL the writer ``pid`` once its MLflow run exists and before it has finished (its record
+    still there). It is stopped (SIGSTOP) while we look, and goes on for 20 ms between looks, so the
+    ~1 s it spends after creating the run (the model export) cannot pass unseen, however loaded the
+    machine. False if it finished first."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return False
+        try:
+            created = runs_of(cwd, out_dir)
+        except Exception:  # noqa: BLE001 - the stopped writer may hold the store's write lock: look again
+            created = []
+        if created:
+            os.kill(pid, signal.SIGKILL)
+            return record.exists()
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGCONT)
+    return False
+
+
 def assert_complete(cwd: Path, out_dir: Path, iterations: int) -> None:
     """Exactly one MLflow run for ``out_dir``: FINISHED, every iteration's metrics, curve and model."""
     (run,) = runs_of(cwd, out_dir)
@@ -166,22 +190,15 @@ def test_a_replay_without_the_run_id_finds_the_run_the_dead_writer_created(tmp_p
     """A record written before the trainer learnt the MLflow run id: rlrun-wait's replay finds the
     run the killed writer had created by its run key instead of making a second one."""
     for _attempt in range(3):  # the writer must have created the run, and not yet finished it
-        # (the model export keeps the writer busy ~1 s after it created the run: the window to kill it)
         proc, out_dir = start_run(tmp_path, "stop.training_iteration=2")
         assert proc.wait(timeout=600) == 0
         record = out_dir / "mlflow-pending.json"
         data = json.loads(record.read_text())
-        deadline = time.monotonic() + 60
-        while not runs_of(tmp_path, out_dir) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        try:
-            os.kill(data["writer_pid"], signal.SIGKILL)
-        except ProcessLookupError:  # it finished and exited first: try again
-            continue
-        if record.exists():
+        if kill_once_it_created_the_run(data["writer_pid"], tmp_path, out_dir, record):
             break
     else:
         raise AssertionError("the writer finished before it could be killed, three times")
+    deadline = time.monotonic() + 60
     while Path(f"/proc/{data['writer_pid']}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     (created,) = runs_of(tmp_path, out_dir)

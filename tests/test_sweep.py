@@ -187,10 +187,12 @@ def test_a_seed_that_stopped_early_holds_its_final_return_in_the_sweep_plot():
 
 @pytest.mark.ray
 def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus(tmp_path):
-    # 2 jobs at once on a 2-CPU Ray instance; each job holds 0.5 CPU and its one rollout actor 0.5
+    # 2 jobs at once on a 2-CPU Ray instance; each job holds 0.5 CPU and its one rollout actor 0.5.
+    # 8,000 steps (~10 s a job): with 3,000 (~4 s) a loaded CI machine once started the second job's
+    # process 0.6 s after the first had finished
     args = ["-m", "hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2",
             "hydra.launcher.ray.remote.num_cpus=0.5", "+experiment=ppo_cartpole", "seed=0,1",
-            "stop.timesteps_total=3000", "progress=false", "rollout=ray", "rollout.num_workers=1",
+            "stop.timesteps_total=8000", "progress=false", "rollout=ray", "rollout.num_workers=1",
             "rollout.num_cpus_per_worker=0.5"]
     p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -148,6 +148,23 @@ def test_address_without_a_cluster_fails_fast_with_a_clear_message(tmp_path):
     assert time.monotonic() - t0 < 60
 
 
+@pytest.mark.ray
+def test_address_auto_that_finds_a_dead_cluster_fails_fast_naming_what_it_found(tmp_path):
+    # the address file the last `ray start` left under $RAY_TMPDIR, of a head that is gone: Ray would try
+    # it for minutes (600 s measured with a head in an unreachable network namespace)
+    ray_tmp = tmp_path / "rt"
+    (ray_tmp / "ray").mkdir(parents=True)
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:6393")
+    t0 = time.monotonic()
+    p = subprocess.run(isolated(rlrun_cmd("rollout=ray", "rollout.ray.address=auto", "tracking=none")),
+                       cwd=tmp_path, capture_output=True, text=True, env={**ENV, "RAY_TMPDIR": str(ray_tmp)},
+                       timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "rollout.ray.address: no Ray cluster at 'auto' (Ray found '127.0.0.1:6393')" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert time.monotonic() - t0 < 60
+
+
 FLAKY = textwrap.dedent('''
     import os
     import gymnasium as gym

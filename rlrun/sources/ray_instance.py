@@ -115,8 +115,17 @@ def private_temp_dir() -> str:
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
-    """Fail in seconds, not minutes, when ``host:port`` has nothing listening (Ray retries long)."""
-    if address == "auto" or address.startswith("ray://") or ":" not in address:
+    """Fail in seconds, not minutes, when ``host:port`` has nothing listening (Ray retries long). For
+    ``auto``, the address Ray would pick: the last ``ray start`` under ``$RAY_TMPDIR``, else any GCS
+    process it sees on this machine - which may belong to another user's cluster, or sit in a network
+    namespace this process cannot reach (Ray then retried for minutes, measured: 600 s)."""
+    said = f"'{address}'"
+    if address == "auto":
+        address = _auto_address()
+        if address is None:
+            return  # Ray says there is no cluster, in its own words
+        said = f"'auto' (Ray found '{address}')"
+    if address.startswith("ray://") or ":" not in address:
         return
     host, _, port = address.rpartition(":")
     try:
@@ -124,9 +133,19 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
             return
     except (OSError, ValueError) as e:
         raise RayConnectionError(
-            f"rollout.ray.address: no Ray cluster at '{address}' ({e}); start one with `ray start --head` "
+            f"rollout.ray.address: no Ray cluster at {said} ({e}); start one with `ray start --head` "
             "or set rollout.ray.address=null for a private local instance"
         ) from None
+
+
+def _auto_address() -> str | None:
+    """The ``host:port`` Ray 2.60 resolves ``address=auto`` to, or None where it finds none."""
+    from ray._private import services
+
+    try:
+        return services.get_ray_address_from_environment("auto", None)
+    except Exception:  # noqa: BLE001 - a private Ray helper: if it changes, ray.init says what it finds
+        return None
 
 
 def shutdown_ray() -> None:
