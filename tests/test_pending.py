@@ -52,7 +52,7 @@ def kill_once_it_created_the_run(pid: int, cwd: Path, out_dir: Path, record: Pat
             return False
         try:
             created = runs_of(cwd, out_dir)
-        except Exception:  # noqa: BLE001 - the stopped writer may hold the store's write lock: look again
+        except Exception:
             created = []
         if created:
             os.kill(pid, signal.SIGKILL)

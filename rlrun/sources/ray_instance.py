@@ -121,10 +121,10 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
     namespace this process cannot reach (Ray then retried for minutes, measured: 600 s)."""
     said = f"'{address}'"
     if address == "auto":
-        address = _auto_address()
-        if address is None:
+        found = _auto_address()
+        if found is None:
             return  # Ray says there is no cluster, in its own words
-        said = f"'auto' (Ray found '{address}')"
+        address, said = found, f"'auto' (Ray found '{found}')"
     if address.startswith("ray://") or ":" not in address:
         return
     host, _, port = address.rpartition(":")
@@ -144,7 +144,7 @@ def _auto_address() -> str | None:
 
     try:
         return services.get_ray_address_from_environment("auto", None)
-    except Exception:  # noqa: BLE001 - a private Ray helper: if it changes, ray.init says what it finds
+    except Exception:
         return None
 
 
