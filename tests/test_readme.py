@@ -115,7 +115,7 @@ def run_bash_command(cmd: str, launch: Path) -> None:
     if cmd.startswith("python -m pytest"):
         # the fast-test selection of the Development section: collect it (running the suite inside itself
         # would recurse) and check it picks the tests it says it does
-        p = sh(f"{cmd} --collect-only -q -p no:cacheprovider", REPO)
+        p = sh(f"{cmd} --collect-only -q -p no:cacheprovider -n 0", REPO)  # collected here, not by 2 workers
         assert "test_batch.py" in p.stdout and "test_learning.py" not in p.stdout and "test_faults.py" not in p.stdout
         return
     if cmd.startswith(("ruff ", "mypy")):
