@@ -45,6 +45,7 @@ def _resume_one_iteration(d):
                                  "checkpoint.every_n_iters=5", "progress=false", "resume=latest"),
                        cwd=d, capture_output=True, text=True, env=ENV, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
+    return p
 
 
 def _no_hole_in_history(d, covered):
@@ -67,8 +68,10 @@ def test_sigterm_is_ctrl_c_final_checkpoint_killed_run_and_resume_continues_it(t
     assert run.info.status == "KILLED"
     newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.json"))[-1]
     covered = {int(step) for _, step, _ in json.loads(newest.read_text())}
-    _resume_one_iteration(tmp_path)
+    resumed = _resume_one_iteration(tmp_path)
     _no_hole_in_history(tmp_path, covered)
+    # the summary names the run it continued, not a new name for the same MLflow run
+    assert f"MLflow     run '{run.info.run_name}' " in resumed.stdout, resumed.stdout[-2000:]
 
 
 def test_group_sigkill_with_the_writer_leaves_nothing_running_and_resume_fills_the_history(tmp_path):

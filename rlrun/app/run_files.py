@@ -54,6 +54,7 @@ def check_state_fits(ckpt: Checkpoint, cfg: RunConfig, launch: Path, where: Path
 
 
 RUN_KEY_META = "rlrun_run_key"  # a checkpoint's run (the MLflow run's rlrun.run_key tag)
+RUN_NAME_META = "run_name"  # its MLflow run name: a resumed run keeps it (the summary names the same run)
 
 
 def check_output_dir_is_ours(out_dir: Path, run_key: str, resume_run_id: str | None) -> None:
@@ -75,7 +76,7 @@ def check_output_dir_is_ours(out_dir: Path, run_key: str, resume_run_id: str | N
 
 def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
                      config_dict: dict[str, Any], tracker: Any, history: list[MetricRow] | None = None,
-                     run_key: str = "") -> Path:
+                     run_key: str = "", run_name: str | None = None) -> Path:
     """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
     ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op.
     The checkpoint names its run by ``run_key`` and, once the writer has created it, by MLflow run id;
@@ -91,7 +92,7 @@ def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, floa
     except TrackingError:  # the checkpoint is kept locally all the same; the error is reported by the run
         tracking_ok = False
     meta = {"algo": cfg.algo.name, "env": cfg.env.label, "created": time.time(), "mlflow_run_id": tracker.run_id,
-            RUN_KEY_META: run_key,
+            RUN_KEY_META: run_key, RUN_NAME_META: run_name,
             **{k: result.get(k) for k in STOP_COUNTERS}, **version_tags()}
     save_checkpoint(path, trainer.get_state(), meta, config_dict, history)
     if tracking_ok:

@@ -48,7 +48,7 @@ class CheckpointEvery:
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
         if trainer.iteration % self.n == 0:
             write_checkpoint(trainer, ctx.cfg, result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
-                             ctx.run_key)
+                             ctx.run_key, ctx.run_name)
 
 
 def build_run_hooks(cfg: Any) -> list[RunHook]:

@@ -21,6 +21,7 @@ import yaml
 
 from rlrun.app.run_files import (
     RUN_KEY_META,
+    RUN_NAME_META,
     check_output_dir_is_ours,
     check_state_fits,
     default_output_dir,
@@ -208,7 +209,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)
     check_output_dir_is_ours(out_dir, run_key, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
-    run_name = cfg.tracking.run_name or default_run_name(cfg)
+    # a resumed run is the same MLflow run: it keeps its name (checkpoints before 2026-11-26 have none)
+    run_name = cfg.tracking.run_name or (resumed.meta.get(RUN_NAME_META) if resumed else None) or default_run_name(cfg)
     tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
                            resume_run_id, run_key if resumed else None)
     tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
@@ -305,7 +307,7 @@ def _finish(ctx: _RunContext) -> None:
     try:
         if trainer is not None and trainer.iteration > 0:
             ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
-                                              ctx.metric_rows, ctx.run_key)
+                                              ctx.metric_rows, ctx.run_key, ctx.run_name)
             ctx.checkpoint_written = True
             if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
