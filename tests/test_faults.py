@@ -41,8 +41,9 @@ def _wait_for_checkpoint(d, proc, timeout=120):
 
 def _resume_one_iteration(d):
     # counters come back from the checkpoint, so training_iteration=1 is met after one more iteration
+    # progress on: its summary names the run (progress=false prints nothing)
     p = subprocess.run(rlrun_cmd("algo=ppo", "stop.timesteps_total=null", "stop.training_iteration=1",
-                                 "checkpoint.every_n_iters=5", "progress=false", "resume=latest"),
+                                 "checkpoint.every_n_iters=5", "resume=latest"),
                        cwd=d, capture_output=True, text=True, env=ENV, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
