@@ -428,8 +428,10 @@ def test_policy_servers_on_two_ray_workers(tmp_path):
     assert all(r["run_finished"] and r["steps"] > 0 for r in reports), reports
     assert run_metric(tmp_path, "workers/num_healthy")[-1] == 2
     assert run_metric(tmp_path, "timesteps_total")[-1] >= 8192
-    # remote-inference requests of worker 1's two clients alone are one per step at least
-    assert run_metric(tmp_path, "server/requests")[-1] >= reports[0]["steps"] + reports[1]["steps"]
+    # remote-inference requests of worker 1's two clients alone are one per step at least, less the ones
+    # sent after the last iteration's counters were read (the clients go on while the last batch trains:
+    # 74 of 4,610 once, on a loaded machine)
+    assert run_metric(tmp_path, "server/requests")[-1] >= 0.9 * (reports[0]["steps"] + reports[1]["steps"])
     assert not run_metric(tmp_path, "workers/num_abandoned_episodes")  # logged once it is not 0
     assert run_metric(tmp_path, "server/open_episodes")[-1] >= 4  # the four clients' episodes, summed
 
