@@ -52,7 +52,7 @@ def kill_once_it_created_the_run(pid: int, cwd: Path, out_dir: Path, record: Pat
             return False
         try:
             created = runs_of(cwd, out_dir)
-        except Exception:
+        except Exception:  # the stopped writer may hold the store's write lock: let it go on, look again
             created = []
         if created:
             os.kill(pid, signal.SIGKILL)

@@ -144,7 +144,7 @@ def _auto_address() -> str | None:
 
     try:
         return services.get_ray_address_from_environment("auto", None)
-    except Exception:
+    except Exception:  # a private Ray helper: if it changes or fails, ray.init says what it finds
         return None
 
 

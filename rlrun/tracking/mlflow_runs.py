@@ -75,11 +75,11 @@ def _create_sqlite_store(path: Path) -> None:
         leftover.unlink(missing_ok=True)
     template = store_template()
     if template and _copy_template(template, copy):
-        os.replace(copy, tmp)
-    else:
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
-        if template:
-            _keep_template(tmp, template)
+        os.replace(copy, path)
+        return
+    MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+    if template:
+        _keep_template(tmp, template)
     os.replace(tmp, path)
 
 
