@@ -2,6 +2,7 @@
 namespace with only loopback (see conftest.isolated), and is stopped by the test."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -160,7 +161,10 @@ def test_address_auto_that_finds_a_dead_cluster_fails_fast_naming_what_it_found(
                        cwd=tmp_path, capture_output=True, text=True, env={**ENV, "RAY_TMPDIR": str(ray_tmp)},
                        timeout=300)
     assert p.returncode == 2, p.stderr[-2000:]
-    assert "rollout.ray.address: no Ray cluster at 'auto' (Ray found '127.0.0.1:6393')" in p.stderr, p.stderr
+    # Ray prefers the file, but where exactly one GCS process runs on the machine (another test's head) it takes
+    # that one's address instead: either way the line names the address Ray found, and nothing answers there
+    assert re.search(r"rollout\.ray\.address: no Ray cluster at 'auto' \(Ray found '127\.0\.0\.1:\d+'\)",
+                     p.stderr), p.stderr
     assert "Traceback" not in p.stderr
     assert time.monotonic() - t0 < 60
 
