@@ -10,7 +10,9 @@ from rlrun.app.runner import run
 from rlrun.config.typed import ConfigError
 from rlrun.core.registry import ENVS
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
+from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
 from rlrun.policy.policy_map import HeuristicPolicy, probe_multi_agent_env
+from rlrun.training.evaluation import evaluate_multi_agent
 from rlrun.training.trainer import Trainer
 
 from .conftest import isolated, run_summary
@@ -169,6 +171,78 @@ def test_each_agent_is_one_trajectory_with_its_own_ends_and_bootstrap(tmp_path):
         if trunc.any():  # 'b'/'c' truncated at step 5: target = rewards + V(final obs), never 0 after it
             final_v = float(worker.policy_map["p"].compute_values(np.array([[5.0, 1.0]], np.float32))[0])
             assert np.isclose(eps[SB.VALUE_TARGETS][-1], 1.0 + final_v, atol=1e-5)
+    trainer.stop()
+
+
+def test_a_recurrent_policy_carries_each_agents_state_and_starts_each_trajectory_afresh(tmp_path):
+    # one policy for a, b, c in 2 copies: 'a' leaves after 2 steps and its slot waits (state kept, rows
+    # invalid) until the copy resets; 'c' joins at step 1; the copy resets after step 5
+    cfg = _cfg("model=lstm", "model.max_seq_len=4", "algo.train_batch_size=32", "rollout.num_envs_per_worker=2",
+               "rollout.rollout_fragment_length=16", "algo.sgd_minibatch_size=null", f"output_dir={tmp_path}")
+    trainer = Trainer(cfg, tmp_path)
+    worker = trainer.workers.local_worker
+    policy = worker.policy_map["p"]
+    for _ in range(2):
+        b = worker.sample()["p"]
+        agent = b[SB.EPS_ID] % 3  # trajectory id = episode * agents + agent index (a, b, c)
+        first = (b[SB.T] == 0) | ((agent == 2) & (b[SB.T] == 1))  # each agent's first step in its episode
+        assert first.sum() >= 6
+        for k in range(4):  # each of the policy's state tensors: every trajectory starts from zeros
+            assert np.all(b[f"state_in_{k}"][first] == 0.0)
+            assert np.abs(b[f"state_in_{k}"][~first]).max() > 0
+        # replaying each sequence from its recorded state reproduces what the policy computed while acting
+        starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 4)
+        tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in b.items()}
+        mb = sequence_minibatch(tb, starts, lens, np.arange(len(starts)))
+        with torch.no_grad():
+            out = SequenceView(policy.model, mb)(mb[SB.OBS])
+        torch.testing.assert_close(out.values, mb[SB.VF_PREDS])
+        torch.testing.assert_close(out.dist_inputs, mb[SB.ACTION_DIST_INPUTS])
+    result = trainer.train()  # and the policy learns on its agents' sequences
+    assert np.isfinite(result["train/p/loss/total"])
+    trainer.stop()
+
+
+def test_complete_episodes_keeps_only_whole_episodes_of_every_agent(tmp_path):
+    cfg = _cfg("rollout.batch_mode=complete_episodes", "algo.train_batch_size=16", "algo.sgd_minibatch_size=null",
+               "rollout.num_envs_per_worker=2",
+               "rollout.rollout_fragment_length=8", f"output_dir={tmp_path}")
+    trainer = Trainer(cfg, tmp_path)
+    worker = trainer.workers.local_worker
+    for _ in range(2):
+        mb = worker.sample()
+        # 8 env steps per copy need two whole 5-step episodes (12 steps with the reset steps): no tails
+        assert mb.env_steps() == 2 * 2 * 5
+        trajectories = mb["p"].split_by_episode()
+        assert len(trajectories) == 2 * 2 * 3  # a, b, c of 2 episodes in 2 copies
+        for eps in trajectories:
+            assert eps[SB.TERMINATEDS][-1] or eps[SB.TRUNCATEDS][-1]  # every trajectory ends in the batch
+            assert eps[SB.T][0] in (0, 1)  # ... and starts in it ('c' joins at step 1)
+    trainer.stop()
+
+
+def test_evaluation_carries_each_agents_recurrent_state(tmp_path):
+    cfg = _cfg("model=lstm", f"output_dir={tmp_path}")
+    trainer = Trainer(cfg, tmp_path)
+    policy = trainer.policies["p"]
+    calls, act = [], policy.compute_actions
+
+    def spy(obs, explore=True, state=None):
+        out = act(obs, explore, state)
+        calls.append(([s.copy() for s in state], out.state_out))
+        return out
+
+    policy.compute_actions = spy
+    result = evaluate_multi_agent(trainer.policies, cfg, num_episodes=2, seed=0)
+    assert result.returns == [11.0, 11.0]  # a 2 + b 5 + c 4 rewards per episode
+    # per episode: step 1 a and b act (both from the initial state); steps 2-5 the agents acting carry on
+    for episode in (calls[:5], calls[5:]):
+        state, _ = episode[0]
+        assert all(np.all(s == 0.0) for s in state) and len(state[0]) == 2
+        (_, after_1), (state_2, _) = episode[0], episode[1]  # step 2: a, b carried; c (joined) starts at 0
+        for before, after in zip(state_2, after_1, strict=True):
+            np.testing.assert_array_equal(before[:2], after)
+            assert np.all(before[2] == 0.0)
     trainer.stop()
 
 

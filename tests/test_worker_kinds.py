@@ -18,12 +18,12 @@ def test_each_built_in_kind_takes_its_runs(tmp_path, monkeypatch):
     load_builtins()
     assert worker_kind(compose(["+experiment=ppo_cartpole", "tracking=none"])) == "env"
     ma = compose(["+experiment=ppo_multi_cartpole", "tracking=none"])
-    assert worker_kind(ma) == worker_kind(ma, local=True) == "multi_agent"
+    assert worker_kind(ma) == worker_kind(ma, local=True) == "env"  # one sampling loop for both
     served = compose(["+experiment=ppo_cartpole", "rollout=server", "tracking=none"])
     assert worker_kind(served) == worker_kind(served, local=True) == "server"
     on_ray = compose(["+experiment=ppo_cartpole", "rollout=server", "rollout.num_workers=2", "tracking=none"])
     assert (worker_kind(on_ray), worker_kind(on_ray, local=True)) == ("server", "spaces_only")
-    assert set(WORKERS.names()) >= {"env", "multi_agent", "server", "spaces_only"}
+    assert set(WORKERS.names()) >= {"env", "server", "spaces_only"}
 
 
 def test_a_plugin_worker_kind_samples_a_training_run(tmp_path, monkeypatch):

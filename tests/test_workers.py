@@ -43,7 +43,7 @@ def test_dummy_reset_step_never_enters_batch(truncate):
         assert (b[SB.REWARDS] == 1 + b[SB.OBS][:, 1]).all()
         for _env_i, ts in episodes_of(b):
             assert ts == list(range(ts[0], ts[0] + len(ts)))
-    assert w.env.dummy_steps > 0  # the env did take autoreset steps; they were dropped
+    assert w.env.vector_env.dummy_steps > 0  # the env did take autoreset steps; they were dropped
     # rows: at least fragment x num_envs, fewer than num_envs extra
     assert 8 <= len(b1) < 10 and 8 <= len(b2) < 10
 

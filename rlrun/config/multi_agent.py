@@ -104,9 +104,6 @@ def check_multi_agent_config(cfg: Any) -> None:
     if cfg.callbacks:  # the multi-agent worker has no per-agent episode objects yet
         raise ConfigError(f"callbacks: {cfg.callbacks} are not supported in multi-agent runs yet "
                           "(multiagent.policies is set); remove them or run single-agent")
-    if MODELS.entry(cfg.model.name).info.get("recurrent"):
-        raise ConfigError(f"model.name: recurrent models ('{cfg.model.name}') are not supported in multi-agent runs "
-                          "yet")
     if cfg.env.wrappers:
         raise ConfigError("env.wrappers: gymnasium wrappers apply to single-agent envs; wrap a multi-agent env "
                           "in its own module (PettingZoo's SuperSuit wrappers) and register it")

@@ -48,6 +48,7 @@ def record_dataset(policies: dict[str, Any], cfg: RunConfig, out: str | Path, ep
     try:
         while not writer.full:
             batch = worker.sample()
+            assert isinstance(batch, SampleBatch)  # a single-agent env (the caller checked)
             if not explore:
                 batch[SB.ACTION_LOGP] = np.zeros(len(batch), dtype=np.float32)
                 batch[ACTION_PROB] = np.ones(len(batch), dtype=np.float32)

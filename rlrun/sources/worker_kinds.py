@@ -44,17 +44,9 @@ def server() -> type:
     return ServerWorker
 
 
-@WORKERS.register("multi_agent", order=20, when=lambda cfg, local: bool(cfg.multiagent.policies))
-def multi_agent() -> type:
-    """``multiagent.policies`` set: copies of a multi-agent env, one policy map."""
-    from rlrun.sources.rollout_worker import MultiAgentRolloutWorker
-
-    return MultiAgentRolloutWorker
-
-
 @WORKERS.register("env", order=100, when=lambda cfg, local: True)
 def env() -> type:
-    """A vector env of ``num_envs_per_worker`` sub-envs and the policy."""
+    """``num_envs_per_worker`` copies of the env (single- or multi-agent) and the run's policy map."""
     from rlrun.sources.rollout_worker import RolloutWorker
 
     return RolloutWorker

@@ -117,13 +117,14 @@ def evaluate_multi_agent(policies: Mapping[str, Any], cfg: Any, num_episodes: in
     try:
         for ep in range(num_episodes):
             obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET + ep)
+            states: dict[str, list[np.ndarray]] = {}  # recurrent policies: each agent's state, from its first step
             totals: dict[str, float] = {}
             length = 0
             while env.agents:
                 if frames is not None and t % frame_skip == 0 and len(frames) < max_frames:
                     frames.append(np.asarray(env.render()))
                 t += 1
-                actions = _actions(policies, agent_policy, adapters, spaces, obs, env.agents, explore)
+                actions = _actions(policies, agent_policy, adapters, spaces, obs, env.agents, explore, states)
                 obs, rew, _, _, _ = env.step(actions)
                 for agent, r in rew.items():
                     totals[agent] = totals.get(agent, 0.0) + float(r)
@@ -139,15 +140,26 @@ def evaluate_multi_agent(policies: Mapping[str, Any], cfg: Any, num_episodes: in
 
 
 def _actions(policies: Mapping[str, Any], agent_policy: Mapping[str, str], adapters: Mapping[str, Any],
-             spaces: Mapping[str, tuple], obs: Mapping[str, Any], agents: list[str], explore: bool) -> dict[str, Any]:
-    """One forward pass per policy over the agents it acts for."""
+             spaces: Mapping[str, tuple], obs: Mapping[str, Any], agents: list[str], explore: bool,
+             states: dict[str, list[np.ndarray]]) -> dict[str, Any]:
+    """One forward pass per policy over the agents it acts for; a recurrent policy's agents each carry
+    their state in ``states`` (an agent's first step starts from the initial state)."""
     groups: dict[str, list[str]] = {}
     for agent in agents:
         groups.setdefault(agent_policy[agent], []).append(agent)
     actions: dict[str, Any] = {}
     for pid, members in groups.items():
-        batch = np.stack([adapters[a](obs[a]) for a in members])
-        out = policies[pid].compute_actions(policies[pid].filter_obs(batch), explore=explore).actions
+        policy = policies[pid]
+        batch = policy.filter_obs(np.stack([adapters[a](obs[a]) for a in members]))
+        if getattr(policy, "recurrent", False):
+            first = policy.initial_state(1)
+            state = [np.concatenate([states.get(a, first)[k] for a in members]) for k in range(len(first))]
+            result = policy.compute_actions(batch, explore, state)
+            for i, a in enumerate(members):
+                states[a] = [s[i:i + 1] for s in result.state_out]
+            out = result.actions
+        else:
+            out = policy.compute_actions(batch, explore=explore).actions
         space = spaces[pid][1]
         if hasattr(space, "low") and space.shape != ():
             out = np.clip(out, space.low, space.high)
