@@ -123,7 +123,28 @@ CASES: dict[str, Case] = {
     "train_batch_size huge": c(PPO, "algo.train_batch_size=1000000000000",
                                expect=["algo.train_batch_size: 1,000,000,000,000", "GiB"]),
     "num_envs huge": c(PPO, "rollout.num_envs_per_worker=100000000", "algo.train_batch_size=3200000000",
-                       expect=["3,200,000,000", "GiB"]),
+                       expect=["rollout.num_envs_per_worker: 100,000,000", "GiB"]),
+    # sizes this machine cannot hold (rlrun/config/resources.py): refused before any env or Ray starts,
+    # naming the key that was set and the estimate
+    "num_envs in the millions": c(PPO, "rollout.num_envs_per_worker=50000000",
+                                  expect=["rollout.num_envs_per_worker: 50,000,000", "GiB"]),
+    "hiddens huge": c(PPO, "model.hiddens=[2000000000]", expect=["model.hiddens: [2000000000]", "GiB"]),
+    "hiddens wide and deep": c(PPO, "model.hiddens=[100000,100000,100000]",
+                               expect=["model.hiddens: [100000, 100000, 100000]", "parameters", "GiB"]),
+    "lstm cell huge": c(PPO, "model=lstm", "model.cell_size=1000000", expect=["model.cell_size: 1000000", "GiB"]),
+    "lstm post_hiddens huge": c(PPO, "model=lstm", "model.post_hiddens=[3000000000]",
+                                expect=["model.post_hiddens: [3000000000]", "GiB"]),
+    "cnn filters huge": c(PPO, "model=cnn", "model.conv_filters=[[100000,3,1],[100000,3,1]]",
+                          expect=["model.conv_filters: [[100000, 3, 1], [100000, 3, 1]]", "GiB"]),
+    "dqn q-model huge": c(DQN, "model.hiddens=[1000000,1000000]", expect=["model.hiddens: [1000000, 1000000]", "GiB"]),
+    "replay capacity huge": c(DQN, "algo.replay_capacity=1000000000000",
+                              expect=["algo.replay_capacity: 1,000,000,000,000", "GiB"]),
+    "policy model huge": c("+experiment=ppo_multi_cartpole", "+multiagent.policies.p0.model={hiddens:[2000000000]}",
+                           expect=["multiagent.policies.p0.model.hiddens: [2000000000]", "GiB"]),
+    "workers past the cpus": c(PPO, "rollout=ray", "rollout.num_workers=1000", "rollout.ray.num_cpus=2",
+                               expect=["rollout.num_workers: 1000 workers", "need 1000 CPUs", "has 2"]),
+    "worker cpus past the cpus": c(PPO, "rollout=ray", "rollout.num_workers=2", "rollout.num_cpus_per_worker=4",
+                                   "rollout.ray.num_cpus=2", expect=["rollout.num_cpus_per_worker=4", "need 8 CPUs"]),
     "num_sgd_iter zero": c(PPO, "algo.num_sgd_iter=0", expect="algo.num_sgd_iter: 0 must be at least 1"),
     "minibatch zero": c(PPO, "algo.sgd_minibatch_size=0", expect="algo.sgd_minibatch_size: 0 must be at least 1"),
     "minibatch too big": c(PPO, "algo.sgd_minibatch_size=100000", expect="algo.sgd_minibatch_size: 100000"),
@@ -352,7 +373,8 @@ def tamper(kind: str, src: Path, dst: Path) -> None:
 
 
 # run as real processes too: a few of each kind of refusal (tracked ones only as processes)
-AS_PROCESS = {"lr negative", "train_batch_size huge", "algo typo", "unknown algo key", "grammar bracket",
+AS_PROCESS = {"lr negative", "train_batch_size huge", "hiddens huge", "workers past the cpus",
+              "algo typo", "unknown algo key", "grammar bracket",
               "plugin syntax", "env old api", "output dir unwritable", "resume missing dir", "ckpt truncated tensors",
               *(name for name, case in CASES.items() if case.tracked)}
 

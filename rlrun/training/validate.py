@@ -18,6 +18,7 @@ from typing import Any
 from rlrun.config.domains import check_domains, check_memory
 from rlrun.config.multi_agent import check_multi_agent_config, learned_policies
 from rlrun.config.offline import MINARI, OPE_FIELDS, SAMPLER, check_offline_config, parse_input
+from rlrun.config.resources import check_resources
 from rlrun.config.schemas import (
     AlgoConfig,
     LossConfig,
@@ -110,6 +111,7 @@ def check_config(cfg: RunConfig) -> RunConfig:
     value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
     check_domains(cfg)
     _check_run_values(cfg)
+    check_resources(cfg)  # sizes this machine cannot hold, named by the key the user set
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
                   _check_plugin_rules, _check_recurrent, check_multi_agent_config, _check_minari_output,

@@ -1,0 +1,120 @@
+"""Sizes this machine cannot hold, refused before anything is built (one line naming the key, its value
+and the estimate): the memory a run's models, replay buffers and sub-envs need at least, and the CPUs
+the rollout workers of a private Ray instance ask for.
+
+The memory estimates are lower bounds: the observation and action sizes are not known before an env
+exists, so one float per observation is assumed. A refused config cannot run here; one that passes may
+still be too big for the machine, and then fails where it allocates.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from rlrun.config.typed import ConfigError
+
+PARAM_BYTES = 16  # a float32 parameter on the learner, its gradient and Adam's two moments
+WEIGHT_BYTES = 4  # a parameter on a rollout worker (weights only)
+REPLAY_ROW_BYTES = 32  # a stored transition at least: obs and next obs (a float each), action, reward, flags
+ROLLOUT_ROW_BYTES = 48  # a row of a worker's fragment buffer at least (obs, action, reward, logp, value, ids)
+SUB_ENV_BYTES = 1024  # a sub-env's own state, at least
+FRACTION = 0.8  # of this machine's memory, the most a run may need
+
+
+def machine_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def model_parameters(model: Any) -> dict[str, int]:
+    """A lower bound of a model config's parameters per key that sizes them (``conv_filters``,
+    ``hiddens``, ``cell_size``, ``post_hiddens``): each layer from the previous one's width, a
+    one-channel image and a one-float observation at the input, the two smallest heads at the end."""
+    out: dict[str, int] = {}
+    width = 1
+    channels = 1
+    for f in getattr(model, "conv_filters", None) or []:
+        if isinstance(f, list | tuple) and len(f) == 3 and all(isinstance(x, int) for x in f):
+            n, k, _ = f
+            out["conv_filters"] = out.get("conv_filters", 0) + n * channels * k * k + n
+            channels = width = n
+    for h in getattr(model, "hiddens", None) or []:
+        if isinstance(h, int):
+            out["hiddens"] = out.get("hiddens", 0) + width * h + h
+            width = h
+    cell = getattr(model, "cell_size", None)
+    if isinstance(cell, int) and cell > 0:
+        out["cell_size"] = 4 * cell * (width + cell + 2)
+        width = cell
+    for h in getattr(model, "post_hiddens", None) or []:
+        if isinstance(h, int):
+            out["post_hiddens"] = out.get("post_hiddens", 0) + width * h + h
+            width = h
+    out["heads"] = 2 * width + 2  # one action output and the value, at least
+    return out
+
+
+def _models(cfg: Any) -> Iterator[tuple[str, Any]]:
+    """(key prefix, model config) of the run's policies: the run's own, and each named policy's own."""
+    yield "model", cfg.model
+    for pid, p in (cfg.multiagent.policies or {}).items():
+        if p.heuristic is None and p.model:
+            from rlrun.config.multi_agent import policy_sections
+
+            yield f"multiagent.policies.{pid}.model", policy_sections(cfg, pid).model
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.0f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
+
+
+def check_resources(cfg: Any) -> None:
+    """Refuse what cannot fit here: model parameters (learner and workers), replay capacity, sub-envs,
+    and more rollout workers than a private Ray instance has CPUs for."""
+    ram = machine_memory()
+    if ram is not None:
+        limit = FRACTION * ram
+        copies = int(cfg.rollout.num_workers)  # every remote worker holds the weights too
+        for prefix, model in _models(cfg):
+            parts = model_parameters(model)
+            need = sum(parts.values()) * (PARAM_BYTES + WEIGHT_BYTES * copies)
+            if need > limit:
+                key = max((k for k in parts if k != "heads"), key=lambda k: parts[k], default="hiddens")
+                raise ConfigError(f"{prefix}.{key}: {getattr(model, key)} needs at least {_gib(need)} for its "
+                                  f"{sum(parts.values()):,} parameters (weights, gradients, optimizer state); this "
+                                  f"machine has {_gib(ram)}")
+        capacity = getattr(cfg.algo, "replay_capacity", None)
+        if isinstance(capacity, int) and capacity * REPLAY_ROW_BYTES > limit:
+            raise ConfigError(f"algo.replay_capacity: {capacity:,} rows need at least "
+                              f"{_gib(capacity * REPLAY_ROW_BYTES)}; this machine has {_gib(ram)}")
+        n, fragment = cfg.rollout.num_envs_per_worker, cfg.rollout.rollout_fragment_length
+        if isinstance(n, int):  # "auto" follows from train_batch_size, checked with the batch
+            per_env = SUB_ENV_BYTES + ROLLOUT_ROW_BYTES * (fragment if isinstance(fragment, int) else 1)
+            need = n * (copies + 1) * per_env
+            if need > limit:
+                raise ConfigError(f"rollout.num_envs_per_worker: {n:,} sub-envs on each of {copies + 1} workers need "
+                                  f"at least {_gib(need)}; this machine has {_gib(ram)}")
+    _check_cpus(cfg)
+
+
+def _check_cpus(cfg: Any) -> None:
+    """A private local Ray instance (``rollout.ray.address: null``) has ``rollout.ray.num_cpus`` CPUs (all
+    of this machine's by default): workers that ask for more would wait ``start_timeout_s`` and fail."""
+    r = cfg.rollout
+    if r.num_workers <= 0 or r.ray.address is not None:  # in-process sampling, or a cluster that decides
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # a job of the Ray sweep launcher: its cluster decides
+        return
+    cpus = r.ray.num_cpus or os.cpu_count() or 1
+    need = r.num_workers * r.num_cpus_per_worker
+    if need > cpus:
+        raise ConfigError(f"rollout.num_workers: {r.num_workers} workers x rollout.num_cpus_per_worker="
+                          f"{r.num_cpus_per_worker:g} need {need:g} CPUs; the local Ray instance has {cpus} "
+                          f"(rollout.ray.num_cpus or this machine's cores). Lower num_workers or num_cpus_per_worker "
+                          "(fractions are allowed), or join a cluster with rollout.ray.address")
