@@ -21,6 +21,7 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError, RayConnectionError, WorkerFailure  # noqa: F401  # re-exported
 from rlrun.core.registry import RegistryError
 from rlrun.data.batch import SampleBatch
+from rlrun.sources.filter_sync import make_filter_sync
 from rlrun.sources.ray_instance import init_ray, shutdown_ray
 from rlrun.sources.rollout_worker import EpisodeStats, PolicyFactory, WorkerBase, WorkerSpec
 from rlrun.sources.worker_kinds import worker_class
@@ -59,6 +60,7 @@ class WorkerSet:
         self.num_workers = cfg.rollout.num_workers
         self._servers: RayServers | None = None  # the policy servers, when they are Ray workers
         self.local_worker = worker_class(cfg, local=True)(self._spec(cfg.seed, 0), policy_factory)
+        self._filter_sync = make_filter_sync(cfg, self.local_worker)  # None: no observation filter
         self.num_worker_restarts = 0
         self.num_dropped_fragments = 0
         self._episodes = EpisodeStats([], [], {}, {})
@@ -282,8 +284,8 @@ class WorkerSet:
             self._episodes.policy_returns.setdefault(pid, []).extend(returns)
         for name, values in (eps.custom or {}).items():
             self._episodes.custom.setdefault(name, []).extend(values)
-        if remote:  # the local worker's filters are the learner's own: nothing to merge
-            self.local_worker.apply_filter_deltas(eps.filter_deltas or {})
+        if remote and self._filter_sync is not None:  # the local worker's filters are the learner's own
+            self._filter_sync.merge(eps)
 
     def extra_metrics(self) -> dict[str, float]:
         """The workers' own counters (a policy server's requests, abandoned episodes), summed over
@@ -326,7 +328,7 @@ class WorkerSet:
 
     def _filters(self) -> dict[str, Any] | None:
         """The learner's observation-filter statistics, sent to remote workers with the weights."""
-        return self.local_worker.get_filters() or None
+        return self._filter_sync.state() if self._filter_sync is not None else None
 
     # ------------------------------------------------------------------ weights
     def _weights_ref(self) -> Any:
