@@ -83,3 +83,13 @@ def test_build_config_types_and_defaults():
         build_config({"model": {"name": "mlp", "hiddens": [64, "x"]}})
     with pytest.raises(ConfigError, match="unknown key.*Valid keys: algo"):
         build_config({"algoo": {}})
+
+
+def test_what_this_machine_can_hold_is_checked_for_runs_started_here_only():
+    # a checkpoint trained with more Ray workers than this machine has CPUs: its config still loads to be
+    # evaluated or exported here (for_run=False), but a run started here with it is refused
+    raw = {"algo": {"name": "ppo", "train_batch_size": 256000}, "stop": {"training_iteration": 2},
+           "rollout": {"num_workers": 1000, "ray": {"num_cpus": 2}}}
+    assert build_config(raw, for_run=False).rollout.num_workers == 1000
+    with pytest.raises(ConfigError, match="rollout.num_workers: 1000 workers"):
+        build_config(raw)

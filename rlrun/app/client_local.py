@@ -25,7 +25,7 @@ class LocalPolicy:
         self.obs_space = space_from_json(info["observation_space"])
         self.action_space = space_from_json(info["action_space"])
         load_builtins()  # the registries build_config checks names against
-        cfg = build_config(payload["config"])
+        cfg = build_config(payload["config"], for_run=False)
         self.policy = make_policy_factory(cfg, os.getcwd())(self.obs_space, self.action_space)[DEFAULT_POLICY_ID]
         self.version = -1
         self.policy.reseed(int(cfg.seed) + 7919 * os.getpid())  # each client process samples its own actions

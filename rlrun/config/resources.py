@@ -79,7 +79,8 @@ def check_resources(cfg: Any) -> None:
     ram = machine_memory()
     if ram is not None:
         limit = FRACTION * ram
-        copies = int(cfg.rollout.num_workers)  # every remote worker holds the weights too
+        # every remote worker holds the weights too, on this machine unless the run joins a cluster
+        copies = int(cfg.rollout.num_workers) if _private_ray(cfg) else 0
         for prefix, model in _models(cfg):
             parts = model_parameters(model)
             need = sum(parts.values()) * (PARAM_BYTES + WEIGHT_BYTES * copies)
@@ -102,14 +103,18 @@ def check_resources(cfg: Any) -> None:
     _check_cpus(cfg)
 
 
+def _private_ray(cfg: Any) -> bool:
+    """The run's Ray workers would run in a private instance on this machine: no cluster address, and not
+    a job of the Ray sweep launcher (Ray already initialised: its cluster decides)."""
+    ray = sys.modules.get("ray")
+    return cfg.rollout.ray.address is None and not (ray is not None and ray.is_initialized())
+
+
 def _check_cpus(cfg: Any) -> None:
     """A private local Ray instance (``rollout.ray.address: null``) has ``rollout.ray.num_cpus`` CPUs (all
     of this machine's by default): workers that ask for more would wait ``start_timeout_s`` and fail."""
     r = cfg.rollout
-    if r.num_workers <= 0 or r.ray.address is not None:  # in-process sampling, or a cluster that decides
-        return
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():  # a job of the Ray sweep launcher: its cluster decides
+    if r.num_workers <= 0 or not _private_ray(cfg):  # in-process sampling, or a cluster that decides
         return
     cpus = r.ray.num_cpus or os.cpu_count() or 1
     need = r.num_workers * r.num_cpus_per_worker

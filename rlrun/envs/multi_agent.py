@@ -271,7 +271,8 @@ class VectorMultiCartPole:
         self.steps[copies] = 0
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        self._rng = np.random.default_rng(seed)
+        if seed is not None:  # reset() without a seed (complete_episodes) continues the generator
+            self._rng = np.random.default_rng(seed)
         self._reset_copies(np.ones(self.num_envs, bool))
         self._pending[:] = False
         return self._split(self.state.astype(np.float32)), self._split(self.alive.copy())

@@ -47,7 +47,7 @@ def load_policies(path: str | Path, launch_dir: str | Path | None = None) -> dic
     ckpt = load_checkpoint(path)
     load_plugins([str(p) for p in ckpt.config.get("plugins") or []], search_dirs=[launch])
     try:
-        cfg = build_config(dict(ckpt.config))
+        cfg = build_config(dict(ckpt.config), for_run=False)
     except ConfigError as e:
         raise CheckpointError(f"checkpoint {path}: its config.yaml is not valid for this rlrun: {e}") from None
     policies, spaces = PolicyFactory(cfg, launch).build()

@@ -47,8 +47,10 @@ def _schema(registry: Any, section: dict[str, Any], key: str, default_cls: type)
     return cls or default_cls
 
 
-def build_config(raw: dict[str, Any]) -> RunConfig:
-    """Validate plain config data (a resolved Hydra config) into a ``RunConfig``.
+def build_config(raw: dict[str, Any], for_run: bool = True) -> RunConfig:
+    """Validate plain config data (a resolved Hydra config) into a ``RunConfig``. ``for_run=False``:
+    the config of a run that is not started here (a checkpoint's, loaded to evaluate or export it; a
+    policy server's): what this machine can hold is not checked.
 
     Raises ``ConfigError`` naming the key and the value for: unknown keys, wrong types, unknown
     registry names, unknown stop keys, impossible batch arithmetic and algo/loss mismatches.
@@ -68,7 +70,7 @@ def build_config(raw: dict[str, Any]) -> RunConfig:
     if "stop" in raw:
         raw["stop"] = normalize_stop(raw["stop"])
     cfg: RunConfig = from_dict(RunConfig, {**raw, **sections}, "")
-    return check_config(cfg)
+    return check_config(cfg, for_run)
 
 
 def _default_loss(algo_name: str) -> str:
@@ -106,12 +108,13 @@ def normalize_stop(stop: Any) -> dict[str, float]:
     return out
 
 
-def check_config(cfg: RunConfig) -> RunConfig:
+def check_config(cfg: RunConfig, for_run: bool = True) -> RunConfig:
     """Cross-field checks that need registries: names, stop keys, batch arithmetic, algo/loss fit,
     value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
     check_domains(cfg)
     _check_run_values(cfg)
-    check_resources(cfg)  # sizes this machine cannot hold, named by the key the user set
+    if for_run:
+        check_resources(cfg)  # sizes this machine cannot hold, named by the key the user set
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
     for check in (_check_names, _check_stop, _check_batch_arithmetic, _check_algo_values, _check_optimizer,
                   _check_plugin_rules, _check_recurrent, check_multi_agent_config, _check_minari_output,
