@@ -11,8 +11,8 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.registry import ENVS
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
 from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
-from rlrun.policy.policy_map import HeuristicPolicy, probe_multi_agent_env
-from rlrun.training.evaluation import evaluate_multi_agent
+from rlrun.policy.policy_map import HeuristicPolicy, run_spaces
+from rlrun.training.evaluation import evaluate_run
 from rlrun.training.trainer import Trainer
 
 from .conftest import isolated, run_summary
@@ -83,6 +83,8 @@ def _cfg(*overrides):
     (["env.id=CartPole-v1"], "env.id: 'CartPole-v1' is a single-agent env but multiagent.policies is set"),
     (["+multiagent.policies.default_policy={}"],
      "multiagent.policies.default_policy: the id of a single-agent run's policy"),
+    (["++env.observation_space={type: Box, shape: [2]}", "++env.action_space={type: Discrete, n: 2}"],
+     "env.observation_space: a multi-agent env's spaces are its agents'"),
     (["+multiagent.policies.p.algo={lr: -1}"], None),  # checked like the top level: see below
 ])
 def test_multi_agent_configs_are_checked_before_compute(overrides, message):
@@ -104,7 +106,7 @@ def test_multi_agent_configs_are_checked_before_compute(overrides, message):
 ])
 def test_agents_and_spaces_are_checked_against_the_env_before_compute(overrides, message):
     with pytest.raises(ConfigError) as e:
-        probe_multi_agent_env(_cfg(*overrides))
+        run_spaces(_cfg(*overrides), probe=True)
     assert message in str(e.value), str(e.value)
 
 
@@ -233,16 +235,17 @@ def test_evaluation_carries_each_agents_recurrent_state(tmp_path):
         return out
 
     policy.compute_actions = spy
-    result = evaluate_multi_agent(trainer.policies, cfg, num_episodes=2, seed=0)
+    result = evaluate_run(trainer.policies, cfg, num_episodes=2, num_envs=1, seed=0)
     assert result.returns == [11.0, 11.0]  # a 2 + b 5 + c 4 rewards per episode
-    # per episode: step 1 a and b act (both from the initial state); steps 2-5 the agents acting carry on
-    for episode in (calls[:5], calls[5:]):
-        state, _ = episode[0]
-        assert all(np.all(s == 0.0) for s in state) and len(state[0]) == 2
-        (_, after_1), (state_2, _) = episode[0], episode[1]  # step 2: a, b carried; c (joined) starts at 0
-        for before, after in zip(state_2, after_1, strict=True):
-            np.testing.assert_array_equal(before[:2], after)
-            assert np.all(before[2] == 0.0)
+    assert result.policy_returns == {"p": [2.0, 5.0, 4.0] * 2}
+    # one forward pass per step over the slots a, b, c of the one copy: 5 steps, the reset step, 5 steps
+    assert len(calls) == 11
+    for first in (calls[0], calls[6]):  # each episode starts from the initial state
+        assert all(np.all(s == 0.0) for s in first[0]) and len(first[0][0]) == 3
+    (_, after_1), (state_2, _) = calls[0], calls[1]  # step 2: a, b carry their state; c (joined) starts at 0
+    for before, after in zip(state_2, after_1, strict=True):
+        np.testing.assert_array_equal(before[:2], after[:2])
+        assert np.all(before[2] == 0.0)
     trainer.stop()
 
 

@@ -28,16 +28,16 @@ from rlrun.app.run_files import (
     write_checkpoint,
 )
 from rlrun.app.run_hooks import build_run_hooks
+from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
-from rlrun.core.metrics import STOP_COUNTERS
+from rlrun.core.metrics import DEFAULT_POLICY_ID, STOP_COUNTERS
 from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.core.sweep_info import SweepJob
-from rlrun.envs.make import probe_env_config
 from rlrun.models.check import check_model_fits
-from rlrun.policy.policy_map import probe_multi_agent_env
+from rlrun.policy.policy_map import run_spaces
 from rlrun.sources.offline_input import check_input
 from rlrun.sources.plugins import load_plugins
 from rlrun.tracking.mlflow_runs import RUN_KEY_TAG
@@ -173,15 +173,14 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
-    if cfg.multiagent.policies:  # env API mistakes, agents no policy covers, spaces: one line, before anything starts
-        probe_multi_agent_env(cfg)
-    else:
-        spaces = probe_env_config(cfg.env)
-        check_model_fits(cfg.model, *spaces)
-        if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
-            check_evaluation_data(cfg, spaces[1])
-        if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards
-            check_input(cfg, *spaces)
+    spaces = run_spaces(cfg, probe=True)  # env API mistakes, agents no policy covers: one line, before anything starts
+    for pid, pc in policy_configs(cfg).items():
+        if pc.heuristic is None:
+            check_model_fits(policy_sections(cfg, pid).model, *spaces[pid])
+    if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
+        check_evaluation_data(cfg, spaces[DEFAULT_POLICY_ID][1])  # offline data: single-agent runs (config checks)
+    if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards
+        check_input(cfg, *spaces[DEFAULT_POLICY_ID])
     out_dir = Path(cfg.output_dir) if cfg.output_dir else default_output_dir(launch)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

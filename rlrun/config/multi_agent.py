@@ -110,6 +110,9 @@ def check_multi_agent_config(cfg: Any) -> None:
     if not is_multi_agent_env(cfg.env.id):
         raise ConfigError(f"env.id: '{cfg.env.id}' is a single-agent env but multiagent.policies is set; use a "
                           f"multi-agent env (registered with multi_agent=True, or pettingzoo:<module>)")
+    if cfg.env.observation_space is not None or cfg.env.action_space is not None:
+        raise ConfigError("env.observation_space: a multi-agent env's spaces are its agents'; remove "
+                          "env.observation_space and env.action_space")
     for pid, p in ma.policies.items():
         if p.heuristic is not None:
             try:

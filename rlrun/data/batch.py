@@ -261,6 +261,14 @@ class MultiAgentBatch:
         self.policy_batches: dict[str, SampleBatch] = dict(policy_batches)
         self.count = int(env_steps)
 
+    @staticmethod
+    def wrap_as_needed(policy_batches: Mapping[str, SampleBatch], env_steps: int) -> SampleBatch | MultiAgentBatch:
+        """A MultiAgentBatch, or the plain SampleBatch of a run whose one policy is ``default_policy``
+        (a single-agent run, as RLlib's ``wrap_as_needed``)."""
+        if len(policy_batches) == 1 and DEFAULT_POLICY_ID in policy_batches:
+            return policy_batches[DEFAULT_POLICY_ID]
+        return MultiAgentBatch(policy_batches, env_steps)
+
     def env_steps(self) -> int:
         return self.count
 

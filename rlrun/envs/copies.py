@@ -7,6 +7,10 @@ single-agent env is the case of one agent (``OneAgentEnv``): its copies are the 
 vector env, whose next-step autoreset is exactly the multi-agent rule (a copy whose episode ended is
 reset on the next step, in which no agent acts and whose reward counts for nothing). Single-agent
 observations keep their dtype (uint8 frames stay uint8); only multi-agent ones go through ``ObsAdapter``.
+
+This module is where rlrun tells single- from multi-agent envs apart: ``env_copies`` (the copies a worker
+or an evaluation samples), ``render_copy`` (one copy that renders frames) and ``agent_spaces`` (each
+agent's spaces, probed before a run starts). Everything above it sees agents and copies only.
 """
 
 from __future__ import annotations
@@ -18,8 +22,18 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.config.multi_agent import is_multi_agent_env
-from rlrun.envs.make import env_from_config
-from rlrun.envs.multi_agent import VectorStep, make_vector_multi_agent_env
+from rlrun.config.typed import ConfigError
+from rlrun.core.errors import PluginError
+from rlrun.core.registry import ENVS, RegistryError
+from rlrun.envs.make import check_env_id, env_from_config, env_spaces, probe_env_config
+from rlrun.envs.multi_agent import (
+    ObsAdapter,
+    ParallelEnvs,
+    VectorStep,
+    make_multi_agent_env,
+    make_vector_multi_agent_env,
+)
+from rlrun.envs.wrappers import parse_wrappers, wrap_env
 
 AGENT = "agent_0"  # the one agent of a single-agent env
 
@@ -34,6 +48,7 @@ class OneAgentEnv:
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
         self.vector_env = vector_env
         self.num_envs = int(vector_env.num_envs)
+        self.metadata = vector_env.metadata
         self.infos: Mapping[str, Any] = {}
         self._acting = np.ones(self.num_envs, dtype=bool)  # False: the sub-env takes its autoreset step next
 
@@ -56,6 +71,12 @@ class OneAgentEnv:
         self._acting = acting = ~end
         return VectorStep({AGENT: obs}, {AGENT: rew}, {AGENT: term}, {AGENT: trunc}, {AGENT: acting}, stepped, end)
 
+    def render(self) -> Any:
+        """The first sub-env's frame (``render_copy``: the env renders ``rgb_array`` frames)."""
+        frames = self.vector_env.render()
+        assert frames is not None
+        return frames[0]
+
     def close(self) -> None:
         self.vector_env.close()
 
@@ -65,3 +86,60 @@ def env_copies(env: Any, num_envs: int) -> Any:
     if is_multi_agent_env(env.id):
         return make_vector_multi_agent_env(env.id, num_envs, env.kwargs, env.vectorize)
     return OneAgentEnv(env_from_config(env, num_envs))
+
+
+def render_copy(env: Any) -> Any:
+    """One copy of the configured env that renders ``rgb_array`` frames (``rlrun-eval render=true``): a
+    gymnasium id, a plain rlrun env entry, or a multi-agent env that takes ``render_mode``; with the
+    run's ``env.wrappers``."""
+    if is_multi_agent_env(env.id):
+        return ParallelEnvs([make_multi_agent_env(env.id, {**env.kwargs, "render_mode": "rgb_array"})])
+    if env.id in ENVS:
+        entry = ENVS.entry(env.id)
+        if entry.info.get("vector", True):
+            raise RegistryError(f"env.id: rlrun env '{env.id}' is a vector env; render needs a gymnasium id "
+                                "or an env registered with vector=False that accepts render_mode")
+        one = wrap_env(entry.obj(render_mode="rgb_array", **env.kwargs), parse_wrappers(env.wrappers))
+    else:
+        check_env_id(env.id)  # imports the package of a MiniGrid id
+        one = wrap_env(gym.make(env.id, render_mode="rgb_array", **env.kwargs), parse_wrappers(env.wrappers))
+    return OneAgentEnv(gym.vector.SyncVectorEnv([lambda: one]))
+
+
+def agent_spaces(env: Any, probe: bool = False, seed: int = 0) -> dict[str, tuple[gym.Space, gym.Space]]:
+    """``{agent: (obs space, action space)}`` as the copies present them (declared spaces, or of one
+    copy built for the purpose). ``probe``: the copy is reset and stepped first, and a mistake in the
+    env's API is one line (``PluginError``) before anything starts."""
+    if not is_multi_agent_env(env.id):
+        if probe:
+            return {AGENT: probe_env_config(env)}
+        return {AGENT: env_spaces(env)}
+    if not probe:
+        copies = env_copies(env, 1)
+        try:
+            return {a: (copies.observation_space(a), copies.action_space(a)) for a in copies.possible_agents}
+        finally:
+            copies.close()
+    return _probe_multi_agent(env, seed)
+
+
+def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Space]]:
+    try:
+        one = make_multi_agent_env(env.id, env.kwargs)
+    except (RegistryError, ConfigError):
+        raise
+    except Exception as e:
+        raise PluginError(f"env.id: creating {env.id} with {env.kwargs or {}} failed: "
+                          f"{type(e).__name__}: {e}") from None
+    try:
+        adapters = {a: ObsAdapter(one.observation_space(a)) for a in one.possible_agents}
+        obs, _ = one.reset(seed=seed)
+        for agent, o in obs.items():
+            adapters[agent](o)
+        out = one.step({a: one.action_space(a).sample() for a in one.agents})
+        if len(out) != 5 or not all(isinstance(d, dict) for d in out):
+            raise PluginError(f"env.id: {env.id}.step() must return 5 dicts keyed by agent id "
+                              "(obs, rewards, terminateds, truncateds, infos)")
+        return {a: (ad.space, one.action_space(a)) for a, ad in adapters.items()}
+    finally:
+        one.close()

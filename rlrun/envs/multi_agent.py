@@ -176,6 +176,7 @@ class ParallelEnvs:
     def __init__(self, envs: list[Any]) -> None:
         self.envs = envs
         self.num_envs = len(envs)
+        self.metadata = getattr(envs[0], "metadata", {})
         self.possible_agents = list(envs[0].possible_agents)
         self.adapters = {a: ObsAdapter(envs[0].observation_space(a)) for a in self.possible_agents}
         n = self.num_envs
@@ -229,6 +230,10 @@ class ParallelEnvs:
         self._pending = end.copy()
         return VectorStep({a: o.copy() for a, o in self._obs.items()}, rew, term, trunc,
                           {a: m.copy() for a, m in self._acting.items()}, stepped, end)
+
+    def render(self) -> Any:
+        """The first copy's frame (an env made with ``render_mode='rgb_array'``)."""
+        return self.envs[0].render()
 
     def close(self) -> None:
         for env in self.envs:

@@ -1,22 +1,23 @@
-"""The policy side of multi-agent runs: the agent -> policy map, each policy's spaces, and heuristic
-policies (act, never learn). The env interface is ``rlrun/envs/multi_agent.py``."""
+"""A run's policies seen from its env: the agent -> policy map and each policy's spaces (a single-agent
+run's one agent acts for ``default_policy``), and heuristic policies (act, never learn). The env side
+is ``rlrun/envs/copies.py``."""
 
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from rlrun.config.multi_agent import policy_configs
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
-from rlrun.core.metrics import DEFAULT_POLICY_ID
-from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS, RegistryError
-from rlrun.envs.make import env_spaces
-from rlrun.envs.multi_agent import ObsAdapter, make_multi_agent_env
+from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS
+from rlrun.envs.copies import agent_spaces
 
 
 # --------------------------------------------------------------------------- heuristic policies
@@ -101,6 +102,9 @@ class AlwaysSamePolicy(HeuristicPolicy):
 
 # --------------------------------------------------------------------------- agents -> policies
 def agent_to_policy(cfg: RunConfig, agent: str) -> str:
+    """The policy an agent acts for: ``multiagent.policy_mapping_fn``, else the first pattern of
+    ``multiagent.policy_mapping`` that matches, else a run's one policy (a single-agent run's one agent
+    acts for ``default_policy``)."""
     ma = cfg.multiagent
     if ma.policy_mapping_fn is not None:
         pid = str(POLICY_MAPPINGS.get(ma.policy_mapping_fn)(agent))
@@ -111,68 +115,47 @@ def agent_to_policy(cfg: RunConfig, agent: str) -> str:
     for pid, patterns in ma.policy_mapping.items():
         if any(fnmatch.fnmatchcase(agent, pattern) for pattern in patterns):
             return pid
-    if not ma.policy_mapping and len(ma.policies) == 1:
-        return next(iter(ma.policies))
+    ids = list(policy_configs(cfg))
+    if not ma.policy_mapping and len(ids) == 1:
+        return ids[0]
     written = ", ".join(f"{pid}: {pats}" for pid, pats in ma.policy_mapping.items()) or "none"
     raise ConfigError(f"multiagent.policy_mapping: no pattern covers agent '{agent}' ({written}); add one, "
                       "e.g. '*' to the last policy")
 
 
-def run_spaces(cfg: RunConfig) -> dict[str, tuple[gym.Space, gym.Space]]:
-    """``{policy_id: (obs space, action space)}`` of a run: a single-agent run's ``default_policy`` has
-    its env's spaces (declared, or of one env copy); a multi-agent run's policies have those of the
-    agents mapped to them (one copy of its env is made and closed)."""
-    if not cfg.multiagent.policies:
-        return {DEFAULT_POLICY_ID: env_spaces(cfg.env)}
-    env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
-    try:
-        return policy_spaces(cfg, env)[2]
-    finally:
-        env.close()
-
-
-def policy_spaces(cfg: RunConfig, env: Any) -> tuple[dict[str, str], dict[str, ObsAdapter], dict[str, tuple]]:
-    """Agent -> policy, agent -> observation adapter, policy -> (obs space, action space); raises
-    ConfigError if agents sharing a policy have different spaces."""
+def map_agents(cfg: RunConfig, spaces_of: Mapping[str, tuple[gym.Space, gym.Space]]
+               ) -> tuple[dict[str, str], dict[str, tuple[gym.Space, gym.Space]]]:
+    """``{agent: (obs space, action space)}`` -> agent -> policy id, and policy id -> its agents'
+    spaces; raises ConfigError if agents sharing a policy have different spaces, or a policy has no agent."""
     mapping: dict[str, str] = {}
-    adapters: dict[str, ObsAdapter] = {}
-    spaces: dict[str, tuple] = {}
+    spaces: dict[str, tuple[gym.Space, gym.Space]] = {}
     first: dict[str, str] = {}
-    for agent in env.possible_agents:
+    for agent, pair in spaces_of.items():
         pid = agent_to_policy(cfg, agent)
         mapping[agent] = pid
-        adapters[agent] = ObsAdapter(env.observation_space(agent))
-        pair = (adapters[agent].space, env.action_space(agent))
         if pid not in spaces:
             spaces[pid], first[pid] = pair, agent
         elif pair[0] != spaces[pid][0] or pair[1] != spaces[pid][1]:
             raise ConfigError(
                 f"multiagent.policy_mapping: agents '{first[pid]}' and '{agent}' share policy '{pid}' but their spaces "
                 f"differ ({spaces[pid][0]}, {spaces[pid][1]} vs {pair[0]}, {pair[1]}); map them to different policies")
-    unused = [pid for pid in cfg.multiagent.policies if pid not in spaces]
+    unused = [pid for pid in policy_configs(cfg) if pid not in spaces]
     if unused:
         raise ConfigError(f"multiagent.policies: no agent of {cfg.env.id} is mapped to {', '.join(unused)} "
-                          f"(agents: {', '.join(env.possible_agents)})")
-    return mapping, adapters, spaces
+                          f"(agents: {', '.join(spaces_of)})")
+    return mapping, spaces
 
 
-def probe_multi_agent_env(cfg: RunConfig) -> None:
-    """Build the env once before compute: mapping and spaces checked, one reset and step tried."""
-    try:
-        env = make_multi_agent_env(cfg.env.id, cfg.env.kwargs)
-    except (RegistryError, ConfigError):
-        raise
-    except Exception as e:
-        raise PluginError(f"env.id: creating {cfg.env.id} with {cfg.env.kwargs or {}} failed: "
-                          f"{type(e).__name__}: {e}") from None
-    try:
-        _, adapters, _ = policy_spaces(cfg, env)
-        obs, _ = env.reset(seed=cfg.seed)
-        for agent, o in obs.items():
-            adapters[agent](o)
-        out = env.step({a: env.action_space(a).sample() for a in env.agents})
-        if len(out) != 5 or not all(isinstance(d, dict) for d in out):
-            raise PluginError(f"env.id: {cfg.env.id}.step() must return 5 dicts keyed by agent id "
-                              "(obs, rewards, terminateds, truncateds, infos)")
-    finally:
-        env.close()
+def copy_spaces(cfg: RunConfig, copies: Any) -> tuple[dict[str, str], dict[str, tuple[gym.Space, gym.Space]]]:
+    """``map_agents`` for env copies (``rlrun/envs/copies.py``): agent -> policy, policy -> spaces."""
+    return map_agents(cfg, {a: (copies.observation_space(a), copies.action_space(a)) for a in copies.possible_agents})
+
+
+def run_spaces(cfg: RunConfig, probe: bool = False) -> dict[str, tuple[gym.Space, gym.Space]]:
+    """``{policy_id: (obs space, action space)}`` of a run: a single-agent run's ``default_policy`` has
+    its env's spaces (declared, or of one env copy); a multi-agent run's policies have those of the
+    agents mapped to them. ``probe``: the env is reset and stepped once first, its API checked (before
+    compute, one line on a mistake)."""
+    return map_agents(cfg, agent_spaces(cfg.env, probe, cfg.seed))[1]
+
+

@@ -23,14 +23,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlrun.config.schemas import RunConfig
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
 from rlrun.data.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.envs.copies import env_copies
-from rlrun.models.sequences import STATE_IN
-from rlrun.policy.policy import DEFAULT_POLICY_ID, ActionOutput, Policy, PolicyMap
-from rlrun.policy.policy_map import policy_spaces
+from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
+from rlrun.policy.policy_map import copy_spaces
 from rlrun.sources.callbacks import CallbackList, EpisodeTracker
 from rlrun.sources.plugins import load_plugins
+from rlrun.sources.slots import Slots
 from rlrun.sources.worker_base import (  # noqa: F401  (re-exported: the worker interface's old home)
     VALID,
     EpisodeStats,
@@ -43,139 +44,6 @@ from rlrun.sources.worker_base import (  # noqa: F401  (re-exported: the worker 
 )
 
 SB = SampleBatch
-
-
-class Slots:
-    """One policy's share of the worker: its slots (agent-major over env copies), what each slot sees
-    now, whether its agent acts, a recurrent policy's state, and (a learning policy) its time-major
-    fragment buffer ``[T, slots]``."""
-
-    def __init__(self, pid: str, policy: Any, agents: list[int], num_envs: int, spaces: tuple[gym.Space, gym.Space],
-                 names: list[str]) -> None:
-        self.pid, self.policy, self.spaces = pid, policy, spaces
-        self.agents = agents  # indices into the env's possible_agents
-        self.one = names[agents[0]] if len(agents) == 1 else None  # the policy's one agent, if it has one
-        self.names = names
-        self.copy = np.tile(np.arange(num_envs), len(agents))  # slot j: agent j // n of the policy's, copy j % n
-        self.agent = np.repeat(agents, num_envs).astype(np.int64)
-        self.whole = agents == [0] and len(names) == 1  # the one agent of a single-agent env: slots are the copies
-        self.n_agents = len(names)
-        self.learns = getattr(policy, "learns", True)
-        action_space = spaces[1]
-        self.box = isinstance(action_space, gym.spaces.Box)
-        self.low, self.high = getattr(action_space, "low", None), getattr(action_space, "high", None)
-        self.filtered = bool(getattr(getattr(policy, "obs_filter", None), "active", False))
-        self.recurrent = bool(getattr(policy, "recurrent", False))
-        self.initial_state: list[np.ndarray] = policy.initial_state(len(self.copy)) if self.recurrent else []
-        self.state = [s.copy() for s in self.initial_state]
-        self.obs: np.ndarray = np.zeros(0)
-        self.acting: np.ndarray = np.zeros(0, dtype=bool)  # the agent acts in the next step
-        self.acted: np.ndarray = np.zeros(0, dtype=bool)  # ... acted in the last one (its rows are valid)
-        self.buf: dict[str, np.ndarray] = {}
-        self.out: ActionOutput = None  # type: ignore[assignment]  # the last forward pass (act() sets it)
-
-    def gather(self, per_agent: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``{agent: [C, ...]}`` -> ``[slots, ...]`` (one agent: its array as it is)."""
-        if self.one is not None:
-            return per_agent[self.one]
-        return np.concatenate([per_agent[self.names[a]] for a in self.agents])
-
-    def see(self, obs: Mapping[str, np.ndarray], acting: Mapping[str, np.ndarray]) -> None:
-        one = self.one  # the common case inline: this runs every vector step
-        raw, self.acting = (obs[one], acting[one]) if one is not None else (self.gather(obs), self.gather(acting))
-        self.obs = self.policy.filter_obs(raw, update=True) if self.filtered else raw
-
-    def act(self, explore: bool, num_envs: int, into: dict[str, np.ndarray]) -> None:
-        """One forward pass over the slots (kept in ``self.out``); the actions -> ``into[agent]: [C, ...]``
-        (Box actions clipped)."""
-        out = self.policy.compute_actions(self.obs, explore, self.state) if self.recurrent else \
-            self.policy.compute_actions(self.obs, explore)
-        self.out = out
-        acts = np.clip(out.actions, self.low, self.high) if self.box else out.actions
-        if self.one is not None:
-            into[self.one] = acts
-        else:
-            into.update({self.names[a]: acts[k * num_envs:(k + 1) * num_envs] for k, a in enumerate(self.agents)})
-
-    def after_step(self, step: int, st: Any, eps_id: np.ndarray, ep_len: np.ndarray) -> None:
-        """One vector step: its row into the buffer (``eps_id``/``ep_len``: the copies' before the step),
-        the recurrent state carried, and the next observations seen."""
-        out = self.out
-        self.acted = self.acting
-        if self.learns:
-            self._record(step, out, st, eps_id, ep_len)
-        if self.recurrent:
-            self._advance_state(out, ~st.stepped[self.copy])
-        self.see(st.obs, st.acting)
-
-    def _record(self, step: int, out: ActionOutput, st: Any, eps_id: np.ndarray, ep_len: np.ndarray) -> None:
-        buf = self.buf
-        buf[SB.OBS][step] = self.obs
-        buf[SB.ACTIONS][step] = out.actions
-        one = self.one
-        if one is not None:  # inline: this runs every vector step
-            buf[SB.REWARDS][step], buf[SB.TERMINATEDS][step] = st.rewards[one], st.terminateds[one]
-            buf[SB.TRUNCATEDS][step] = st.truncateds[one]
-        else:
-            buf[SB.REWARDS][step] = self.gather(st.rewards)
-            buf[SB.TERMINATEDS][step] = self.gather(st.terminateds)
-            buf[SB.TRUNCATEDS][step] = self.gather(st.truncateds)
-        buf[SB.ACTION_LOGP][step] = out.logp
-        buf[SB.VF_PREDS][step] = out.values
-        buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
-        if self.whole:
-            buf[SB.EPS_ID][step] = eps_id
-            buf[SB.T][step] = ep_len
-        else:  # one trajectory id per (episode, agent); t: the env step's index in the episode
-            buf[SB.EPS_ID][step] = eps_id[self.copy] * self.n_agents + self.agent
-            buf[SB.T][step] = ep_len[self.copy]
-        buf[VALID][step] = self.acting
-        for k, s in enumerate(self.state):
-            buf[f"{STATE_IN}{k}"][step] = s
-
-    def _advance_state(self, out: ActionOutput, reset: np.ndarray) -> None:
-        """Carry the state after the step where the agent acted; a slot whose copy was reset this step
-        starts its next episode from the initial state."""
-        assert out.state_out is not None
-        for k, after in enumerate(out.state_out):
-            after = np.where(self.acting.reshape(-1, *[1] * (after.ndim - 1)), after, self.state[k])
-            after[reset] = self.initial_state[k][reset]
-            self.state[k] = after
-
-    def restart(self) -> None:
-        self.state = [s.copy() for s in self.initial_state]
-
-    def alloc(self, cap: int) -> None:
-        b = len(self.copy)
-        obs_space, act_space = self.spaces
-        obs_shape, act_shape = tuple(obs_space.shape or ()), tuple(act_space.shape or ())
-        k = self.policy.dist_class.required_inputs(act_space)
-        states = {f"{STATE_IN}{i}": np.zeros((cap, *s.shape), s.dtype) for i, s in enumerate(self.initial_state)}
-        self.buf = {**states,
-            SB.OBS: np.zeros((cap, b, *obs_shape), dtype=np.float32 if self.filtered else obs_space.dtype),
-            SB.ACTIONS: np.zeros((cap, b, *act_shape), dtype=np.float32 if self.box else np.int64),
-            SB.REWARDS: np.zeros((cap, b), dtype=np.float32),
-            SB.TERMINATEDS: np.zeros((cap, b), dtype=bool),
-            SB.TRUNCATEDS: np.zeros((cap, b), dtype=bool),
-            SB.ACTION_LOGP: np.zeros((cap, b), dtype=np.float32),
-            SB.VF_PREDS: np.zeros((cap, b), dtype=np.float32),
-            SB.ACTION_DIST_INPUTS: np.zeros((cap, b, k), dtype=np.float32),
-            SB.EPS_ID: np.zeros((cap, b), dtype=np.int64),
-            SB.T: np.zeros((cap, b), dtype=np.int64),
-            VALID: np.zeros((cap, b), dtype=bool),
-        }
-
-    def grow(self) -> None:
-        self.buf = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.buf.items()}
-
-    def fragment(self, steps: int, last_end: np.ndarray | None, record_next_obs: bool) -> SampleBatch:
-        """The first ``steps`` rows, postprocessed; ``last_end`` (complete_episodes): each copy's last
-        step that ended an episode, rows after it dropped."""
-        frag = SampleBatch({k: v[:steps] for k, v in self.buf.items()})
-        self.buf = {}
-        if last_end is not None:
-            frag[VALID] &= np.arange(steps)[:, None] <= last_end[self.copy][None, :]
-        return finish_fragment(self.policy, frag, self.obs, self.state or None, record_next_obs)
 
 
 class RolloutWorker(WorkerBase):
@@ -192,8 +60,8 @@ class RolloutWorker(WorkerBase):
         n = self.num_envs = int(r.num_envs_per_worker)
         self.fragment_length = int(r.rollout_fragment_length)
         self.complete_episodes = r.batch_mode == "complete_episodes"
-        cfg = getattr(policy_factory, "cfg", None)
-        self._count_agent_steps = cfg is not None and cfg.multiagent.count_steps_by == "agent_steps"
+        cfg = getattr(policy_factory, "cfg", None) or RunConfig()  # a bare callable: a single-agent policy map
+        self._count_agent_steps = cfg.multiagent.count_steps_by == "agent_steps"
         self.env = env_copies(spec.env, n)
         self.agent_names: list[str] = list(self.env.possible_agents)
         self.agent_policy, self.spaces, self.policy_map = self._policies(policy_factory, cfg)
@@ -223,14 +91,12 @@ class RolloutWorker(WorkerBase):
         self._see(*self.env.reset(seed=spec.seed + 1000 * spec.worker_index))
 
     def _policies(self, factory: Any, cfg: Any) -> tuple[dict[str, str], dict[str, tuple], PolicyMap]:
-        """Agent -> policy id, policy id -> (obs space, action space), and the policy map. The single
-        place the worker asks whether the env is single-agent: its one agent acts for default_policy."""
-        if getattr(self.env, "one_agent", False):
-            agent = self.agent_names[0]
-            spaces = {DEFAULT_POLICY_ID: (self.env.observation_space(agent), self.env.action_space(agent))}
-            return {agent: DEFAULT_POLICY_ID}, spaces, factory(*spaces[DEFAULT_POLICY_ID])
-        mapping, _, spaces = policy_spaces(cfg, self.env)
-        return mapping, spaces, factory.policies(spaces)
+        """Agent -> policy id, policy id -> (obs space, action space), and the policy map (a
+        ``PolicyFactory``, or a callable ``(obs_space, action_space) -> PolicyMap`` of one policy)."""
+        mapping, spaces = copy_spaces(cfg, self.env)
+        if hasattr(factory, "policies"):
+            return mapping, spaces, factory.policies(spaces)
+        return mapping, spaces, factory(*spaces[DEFAULT_POLICY_ID])
 
     def _see(self, obs: Mapping[str, np.ndarray], acting: Mapping[str, np.ndarray]) -> None:
         for g in self.slots:
@@ -306,7 +172,7 @@ class RolloutWorker(WorkerBase):
             for pid, batch in batches.items():
                 self.callbacks.call("on_postprocess_trajectory", worker=self, policy_id=pid,
                                     policy=self.policy_map[pid], postprocessed_batch=batch)
-        result = batches[DEFAULT_POLICY_ID] if self.policy is not None else MultiAgentBatch(batches, env_steps)
+        result = MultiAgentBatch.wrap_as_needed(batches, env_steps)
         if self.callbacks:
             self.callbacks.call("on_sample_end", worker=self, samples=result)
         return result

@@ -1,0 +1,157 @@
+"""Slots: one policy's share of a sampling loop over env copies (``rlrun/envs/copies.py``).
+
+A slot is one (agent mapped to the policy, env copy) pair, agent-major; a single-agent run's slots are its
+sub-envs. Each vector step does one forward pass per policy over all its slots. A learning policy's
+slots write a time-major buffer ``[T, slots]``; a slot's row is valid where its agent acted. A recurrent
+policy's slot keeps its state while its agent waits and starts from the initial state when its copy is
+reset. The rollout worker and greedy evaluation both play through slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlrun.data.batch import SampleBatch
+from rlrun.models.sequences import STATE_IN
+from rlrun.policy.policy import ActionOutput
+from rlrun.sources.worker_base import VALID, finish_fragment
+
+SB = SampleBatch
+
+
+class Slots:
+    """One policy's share of the worker: its slots (agent-major over env copies), what each slot sees
+    now, whether its agent acts, a recurrent policy's state, and (a learning policy) its time-major
+    fragment buffer ``[T, slots]``."""
+
+    def __init__(self, pid: str, policy: Any, agents: list[int], num_envs: int, spaces: tuple[gym.Space, gym.Space],
+                 names: list[str], record: bool = True) -> None:
+        self.pid, self.policy, self.spaces = pid, policy, spaces
+        self.agents = agents  # indices into the env's possible_agents
+        self.one = names[agents[0]] if len(agents) == 1 else None  # the policy's one agent, if it has one
+        self.names = names
+        self.copy = np.tile(np.arange(num_envs), len(agents))  # slot j: agent j // n of the policy's, copy j % n
+        self.agent = np.repeat(agents, num_envs).astype(np.int64)
+        self.whole = agents == [0] and len(names) == 1  # the one agent of a single-agent env: slots are the copies
+        self.n_agents = len(names)
+        self.record = record  # False (evaluation): no buffer, observation filters frozen
+        self.learns = record and getattr(policy, "learns", True)
+        action_space = spaces[1]
+        self.box = isinstance(action_space, gym.spaces.Box)
+        self.low, self.high = getattr(action_space, "low", None), getattr(action_space, "high", None)
+        self.filtered = bool(getattr(getattr(policy, "obs_filter", None), "active", False))
+        self.recurrent = bool(getattr(policy, "recurrent", False))
+        self.initial_state: list[np.ndarray] = policy.initial_state(len(self.copy)) if self.recurrent else []
+        self.state = [s.copy() for s in self.initial_state]
+        self.obs: np.ndarray = np.zeros(0)
+        self.acting: np.ndarray = np.zeros(0, dtype=bool)  # the agent acts in the next step
+        self.acted: np.ndarray = np.zeros(0, dtype=bool)  # ... acted in the last one (its rows are valid)
+        self.buf: dict[str, np.ndarray] = {}
+        self.out: ActionOutput = None  # type: ignore[assignment]  # the last forward pass (act() sets it)
+
+    def gather(self, per_agent: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``{agent: [C, ...]}`` -> ``[slots, ...]`` (one agent: its array as it is)."""
+        if self.one is not None:
+            return per_agent[self.one]
+        return np.concatenate([per_agent[self.names[a]] for a in self.agents])
+
+    def see(self, obs: Mapping[str, np.ndarray], acting: Mapping[str, np.ndarray]) -> None:
+        one = self.one  # the common case inline: this runs every vector step
+        raw, self.acting = (obs[one], acting[one]) if one is not None else (self.gather(obs), self.gather(acting))
+        self.obs = self.policy.filter_obs(raw, update=self.record) if self.filtered else raw
+
+    def act(self, explore: bool, num_envs: int, into: dict[str, np.ndarray]) -> None:
+        """One forward pass over the slots (kept in ``self.out``); the actions -> ``into[agent]: [C, ...]``
+        (Box actions clipped)."""
+        out = self.policy.compute_actions(self.obs, explore, self.state) if self.recurrent else \
+            self.policy.compute_actions(self.obs, explore)
+        self.out = out
+        acts = np.clip(out.actions, self.low, self.high) if self.box else out.actions
+        if self.one is not None:
+            into[self.one] = acts
+        else:
+            into.update({self.names[a]: acts[k * num_envs:(k + 1) * num_envs] for k, a in enumerate(self.agents)})
+
+    def after_step(self, step: int, st: Any, eps_id: np.ndarray, ep_len: np.ndarray) -> None:
+        """One vector step: its row into the buffer (``eps_id``/``ep_len``: the copies' before the step),
+        the recurrent state carried, and the next observations seen."""
+        out = self.out
+        self.acted = self.acting
+        if self.learns:
+            self._record(step, out, st, eps_id, ep_len)
+        if self.recurrent:
+            self._advance_state(out, ~st.stepped[self.copy])
+        self.see(st.obs, st.acting)
+
+    def _record(self, step: int, out: ActionOutput, st: Any, eps_id: np.ndarray, ep_len: np.ndarray) -> None:
+        buf = self.buf
+        buf[SB.OBS][step] = self.obs
+        buf[SB.ACTIONS][step] = out.actions
+        one = self.one
+        if one is not None:  # inline: this runs every vector step
+            buf[SB.REWARDS][step], buf[SB.TERMINATEDS][step] = st.rewards[one], st.terminateds[one]
+            buf[SB.TRUNCATEDS][step] = st.truncateds[one]
+        else:
+            buf[SB.REWARDS][step] = self.gather(st.rewards)
+            buf[SB.TERMINATEDS][step] = self.gather(st.terminateds)
+            buf[SB.TRUNCATEDS][step] = self.gather(st.truncateds)
+        buf[SB.ACTION_LOGP][step] = out.logp
+        buf[SB.VF_PREDS][step] = out.values
+        buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
+        if self.whole:
+            buf[SB.EPS_ID][step] = eps_id
+            buf[SB.T][step] = ep_len
+        else:  # one trajectory id per (episode, agent); t: the env step's index in the episode
+            buf[SB.EPS_ID][step] = eps_id[self.copy] * self.n_agents + self.agent
+            buf[SB.T][step] = ep_len[self.copy]
+        buf[VALID][step] = self.acting
+        for k, s in enumerate(self.state):
+            buf[f"{STATE_IN}{k}"][step] = s
+
+    def _advance_state(self, out: ActionOutput, reset: np.ndarray) -> None:
+        """Carry the state after the step where the agent acted; a slot whose copy was reset this step
+        starts its next episode from the initial state."""
+        assert out.state_out is not None
+        for k, after in enumerate(out.state_out):
+            after = np.where(self.acting.reshape(-1, *[1] * (after.ndim - 1)), after, self.state[k])
+            after[reset] = self.initial_state[k][reset]
+            self.state[k] = after
+
+    def restart(self) -> None:
+        self.state = [s.copy() for s in self.initial_state]
+
+    def alloc(self, cap: int) -> None:
+        b = len(self.copy)
+        obs_space, act_space = self.spaces
+        obs_shape, act_shape = tuple(obs_space.shape or ()), tuple(act_space.shape or ())
+        k = self.policy.dist_class.required_inputs(act_space)
+        states = {f"{STATE_IN}{i}": np.zeros((cap, *s.shape), s.dtype) for i, s in enumerate(self.initial_state)}
+        self.buf = {**states,
+            SB.OBS: np.zeros((cap, b, *obs_shape), dtype=np.float32 if self.filtered else obs_space.dtype),
+            SB.ACTIONS: np.zeros((cap, b, *act_shape), dtype=np.float32 if self.box else np.int64),
+            SB.REWARDS: np.zeros((cap, b), dtype=np.float32),
+            SB.TERMINATEDS: np.zeros((cap, b), dtype=bool),
+            SB.TRUNCATEDS: np.zeros((cap, b), dtype=bool),
+            SB.ACTION_LOGP: np.zeros((cap, b), dtype=np.float32),
+            SB.VF_PREDS: np.zeros((cap, b), dtype=np.float32),
+            SB.ACTION_DIST_INPUTS: np.zeros((cap, b, k), dtype=np.float32),
+            SB.EPS_ID: np.zeros((cap, b), dtype=np.int64),
+            SB.T: np.zeros((cap, b), dtype=np.int64),
+            VALID: np.zeros((cap, b), dtype=bool),
+        }
+
+    def grow(self) -> None:
+        self.buf = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.buf.items()}
+
+    def fragment(self, steps: int, last_end: np.ndarray | None, record_next_obs: bool) -> SampleBatch:
+        """The first ``steps`` rows, postprocessed; ``last_end`` (complete_episodes): each copy's last
+        step that ended an episode, rows after it dropped."""
+        frag = SampleBatch({k: v[:steps] for k, v in self.buf.items()})
+        self.buf = {}
+        if last_end is not None:
+            frag[VALID] &= np.arange(steps)[:, None] <= last_end[self.copy][None, :]
+        return finish_fragment(self.policy, frag, self.obs, self.state or None, record_next_obs)
