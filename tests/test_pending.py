@@ -1,4 +1,4 @@
-"""A finished run returns before its MLflow writer is done (``tracking.wait: false``); ``rlrun-wait``
+"""A detached run returns before its MLflow writer is done (``tracking.wait: false``); ``rlrun-wait``
 waits for it, or writes the run from the record the trainer left if the writer was killed."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ def start_run(cwd: Path, *overrides: str) -> tuple[subprocess.Popen, Path]:
     """``rlrun`` with its output in a file, as at a terminal: nothing waits for the writer's end of
     a pipe. Returns the process and its output dir."""
     out_dir = cwd / f"run-{len(list(cwd.glob('run-*.log')))}"
+    if not any(o.startswith("tracking.wait=") for o in overrides):  # these tests are about detached runs
+        overrides = (*overrides, "tracking.wait=false")
     log = open(cwd / f"{out_dir.name}.log", "w")  # noqa: SIM115 - closed when the process has exited
     proc = subprocess.Popen(rlrun_cmd("+experiment=ppo_cartpole", f"output_dir={out_dir}", *overrides), cwd=cwd,
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -39,28 +41,41 @@ def runs_of(cwd: Path, out_dir: Path) -> list:
     return [r for r in client.search_runs(exps) if r.data.tags.get("rlrun.output_dir") == str(out_dir)]
 
 
-def kill_once_it_created_the_run(pid: int, cwd: Path, out_dir: Path, record: Path) -> bool:
-    """SIGKILL the writer ``pid`` once its MLflow run exists and before it has finished (its record
-    still there). It is stopped (SIGSTOP) while we look, and goes on for 20 ms between looks, so the
-    ~1 s it spends after creating the run (the model export) cannot pass unseen, however loaded the
-    machine. False if it finished first."""
-    deadline = time.monotonic() + 120
+def writer_of(proc: subprocess.Popen) -> int | None:
+    """The pid of the MLflow writer ``rlrun`` (``proc``) started, once it has (its child running the writer)."""
+    for d in Path("/proc").iterdir():
+        try:
+            if not d.name.isdigit() or int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) != proc.pid:
+                continue
+            if b"rlrun.tracking.writer" in (d / "cmdline").read_bytes():
+                return int(d.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def finished_with_its_writer_stopped(proc: subprocess.Popen, cwd: Path, out_dir: Path) -> int:
+    """Stop (SIGSTOP) the writer of the detached run ``proc`` once it has created the MLflow run and
+    before it has finished, then wait for ``rlrun`` to return; returns the stopped writer's pid. From
+    its start the writer is stopped while we look and goes on for 20 ms between looks, so the run's
+    creation cannot pass unseen however fast the rest is."""
+    deadline = time.monotonic() + 300
+    pid = None
     while time.monotonic() < deadline:
-        try:
+        pid = pid or writer_of(proc)
+        if pid is not None:
             os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return False
-        try:
-            created = runs_of(cwd, out_dir)
-        except Exception:  # the stopped writer may hold the store's write lock: let it go on, look again
-            created = []
-        if created:
-            os.kill(pid, signal.SIGKILL)
-            return record.exists()
-        os.kill(pid, signal.SIGCONT)
+            try:
+                created = (cwd / "mlflow.db").exists() and runs_of(cwd, out_dir)
+            except Exception:  # the stopped writer may hold the store's write lock: let it go on, look again
+                created = []
+            if created:
+                assert proc.wait(timeout=600) == 0
+                assert (out_dir / "mlflow-pending.json").exists()
+                return pid
+            os.kill(pid, signal.SIGCONT)
         time.sleep(0.02)
-    os.kill(pid, signal.SIGCONT)
-    return False
+    raise AssertionError("the writer did not create the MLflow run within 300 s")
 
 
 def assert_complete(cwd: Path, out_dir: Path, iterations: int) -> None:
@@ -96,16 +111,10 @@ def test_rlrun_returns_first_and_rlrun_wait_waits_for_the_writer(tmp_path):
 @pytest.mark.slow
 def test_a_killed_writer_loses_nothing(tmp_path):
     """SIGKILL to the writer right after rlrun returned: its record is replayed into the run."""
-    for _attempt in range(3):  # the writer finishing before the kill would leave nothing to test
-        proc, out_dir = start_run(tmp_path, "stop.training_iteration=3")
-        assert proc.wait(timeout=600) == 0
-        record = out_dir / "mlflow-pending.json"
-        pid = json.loads(record.read_text())["writer_pid"]
-        os.kill(pid, signal.SIGKILL)
-        if record.exists():
-            break
-    else:
-        raise AssertionError("the writer finished before it could be killed, three times")
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=3")
+    pid = finished_with_its_writer_stopped(proc, tmp_path, out_dir)
+    assert json.loads((out_dir / "mlflow-pending.json").read_text())["writer_pid"] == pid
+    os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -189,15 +198,10 @@ def test_a_checkpoint_that_names_its_run_only_by_run_key_still_finds_it(tmp_path
 def test_a_replay_without_the_run_id_finds_the_run_the_dead_writer_created(tmp_path):
     """A record written before the trainer learnt the MLflow run id: rlrun-wait's replay finds the
     run the killed writer had created by its run key instead of making a second one."""
-    for _attempt in range(3):  # the writer must have created the run, and not yet finished it
-        proc, out_dir = start_run(tmp_path, "stop.training_iteration=2")
-        assert proc.wait(timeout=600) == 0
-        record = out_dir / "mlflow-pending.json"
-        data = json.loads(record.read_text())
-        if kill_once_it_created_the_run(data["writer_pid"], tmp_path, out_dir, record):
-            break
-    else:
-        raise AssertionError("the writer finished before it could be killed, three times")
+    proc, out_dir = start_run(tmp_path, "stop.training_iteration=2")
+    os.kill(finished_with_its_writer_stopped(proc, tmp_path, out_dir), signal.SIGKILL)
+    record = out_dir / "mlflow-pending.json"
+    data = json.loads(record.read_text())
     deadline = time.monotonic() + 60
     while Path(f"/proc/{data['writer_pid']}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -161,6 +161,11 @@ def main() -> None:
     """The ``rlrun`` command. Ends the process itself once everything is written: exit handlers
     (Ray's shutdown, logging) run, the interpreter's teardown is skipped - with Ray's C++ core worker,
     torch and mlflow loaded it takes ~2 s and writes nothing of ours."""
+    argv = set(sys.argv[1:])
+    if not argv & {"-m", "--multirun", "--help", "-h", "--version", "tracking=none"}:  # a sweep has its shared writer
+        from rlrun.tracking.tracker import start_writer_early
+
+        start_writer_early()
     exit_now(exit_status())
 
 

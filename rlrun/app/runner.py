@@ -52,6 +52,7 @@ from rlrun.training.checkpoint import (
     remove_dead_writes,
     resolve_resume,
 )
+from rlrun.training.export import save_actors
 from rlrun.training.ope import check_evaluation_data
 from rlrun.training.trainer import Trainer
 from rlrun.training.validate import build_config
@@ -309,7 +310,7 @@ def _finish(ctx: _RunContext) -> None:
                                               ctx.metric_rows, ctx.run_key, ctx.run_name)
             ctx.checkpoint_written = True
             if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
-                ctx.tracker.log_model(ctx.checkpoint, ctx.launch)
+                ctx.tracker.log_model(ctx.checkpoint, ctx.launch, _actors(ctx, trainer))
             _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
     finally:
         if trainer is not None:
@@ -320,6 +321,18 @@ def _finish(ctx: _RunContext) -> None:
             ctx.writer_pid = ctx.tracker.end_in_background(ctx.status, ctx.out_dir / PENDING_FILE)
         else:
             ctx.tracker.end(ctx.status)
+
+
+ACTORS_DIR = "mlflow_model"  # in the run's output dir: the traced actors the writer logs
+
+
+def _actors(ctx: _RunContext, trainer: Trainer) -> Path | None:
+    """The policies' greedy actors traced for the MLflow model (``None``: the writer traces them from
+    the checkpoint); a policy that cannot be traced costs the model, not the run (the writer says so)."""
+    try:
+        return save_actors(trainer.policies, ctx.cfg, ctx.checkpoint, ctx.out_dir / ACTORS_DIR)
+    except Exception:  # the writer's own attempt reports what is wrong
+        return None
 
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:

@@ -70,8 +70,10 @@ class Tracker:
                            eval_points: list[tuple[float, float]] | None = None) -> None:
         """A PNG of training return (and greedy evaluation points) vs env steps: ``learning_curve.png``."""
 
-    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path) -> None:
-        """Log the checkpoint's greedy policy as the run's MLflow model ``model`` (see rlrun/training/export.py)."""
+    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path,
+                  actors_dir: str | Path | None = None) -> None:
+        """Log the checkpoint's greedy policy as the run's MLflow model ``model`` (see rlrun/training/export.py);
+        ``actors_dir``: the policies' actors as the trainer traced them (``save_actors``)."""
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         """Whether ``log_artifacts(local_dir)`` has finished, so the local copy may be deleted."""
@@ -214,8 +216,9 @@ class MlflowTracker(Tracker):
             return [(float(x), float(y)) for x, y in ps if math.isfinite(y)]
         self._send(msg.Curve(clean(points), title, clean(eval_points or [])))
 
-    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path) -> None:
-        self._send(msg.Model(str(checkpoint_dir), str(launch_dir)))
+    def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path,
+                  actors_dir: str | Path | None = None) -> None:
+        self._send(msg.Model(str(checkpoint_dir), str(launch_dir), None if actors_dir is None else str(actors_dir)))
 
     def is_uploaded(self, local_dir: str | Path) -> bool:
         self._poll()
@@ -324,6 +327,14 @@ def use_shared_writer(address: str | None) -> None:
     _SHARED_WRITER[:] = [address] if address else []
 
 
+def start_writer_early() -> None:
+    """Start this process's MLflow writer now, before the config is composed and torch imported, so
+    that its imports (mlflow, ~1.5 s) run on the other core while the run starts and trains; the
+    run's tracker takes it. A run that turns out not to track leaves it idle: it exits with this process."""
+    if not _IDLE_WRITERS and not _SHARED_WRITER:
+        _IDLE_WRITERS.append(_new_writer())
+
+
 def _take_writer() -> Writer:
     """An idle writer (mlflow already imported), else the sweep's shared writer, else a new child."""
     shared = _SHARED_WRITER[0] if _SHARED_WRITER else ""
@@ -340,6 +351,10 @@ def _take_writer() -> Writer:
             return Writer(Client(shared, family="AF_UNIX", authkey=msg.read_authkey(shared)), address=shared)
         except (OSError, AuthenticationError):
             pass  # gone (sweep over) or not ours to reach: a child of our own
+    return _new_writer()
+
+
+def _new_writer() -> Writer:
     ours, theirs = socket.socketpair()
     # its own session: a scheduler or the OOM killer that kills the trainer's process group leaves
     # the writer alive to finish what it was sent and mark the run KILLED when the socket closes

@@ -38,7 +38,20 @@ def main(fd: int) -> None:
     """The tracking child of one trainer process: its MLflow runs one after another (a sweep's jobs
     in one process reuse it)."""
     _quiet()
-    _serve(Connection(fd), _Shared())
+    shared = _Shared()
+    # imports start now, not when the first run's Init arrives: a writer started early (``rlrun``
+    # starts it before composing the config) is ready by the time a short run has trained
+    threading.Thread(target=_warm_up_early, args=(shared,), daemon=True).start()
+    _serve(Connection(fd), shared)
+
+
+def _warm_up_early(shared: _Shared) -> None:
+    """mlflow first (the first run's Start needs it); the rest after that Start, which warms up itself
+    (so a short run learns its MLflow run id early), or on its own if no run starts within 5 s."""
+    with shared.lock:
+        import mlflow.tracking  # noqa: F401
+    if not shared.run_started.wait(timeout=5):
+        _warm_up(shared, model=True)
 
 
 def serve(address: str) -> None:
@@ -97,6 +110,7 @@ class _Shared:
         self.books = threading.Lock()  # for open_runs
         self.open_runs = 0
         self.parent_done = threading.Event()  # the sweep driver's first call (its parent run) is done
+        self.run_started = threading.Event()  # a run's Start is done (it warms up next)
 
     def client(self, uri: str) -> Any:
         with self.lock:
@@ -109,6 +123,8 @@ class _Shared:
             self.open_runs += delta
 
     def warm_up(self, model: bool) -> None:
+        """After a run's Start: import what the end of a run needs."""
+        self.run_started.set()
         _warm_up(self, model)
 
 
@@ -132,7 +148,7 @@ def _warm_up(shared: _Shared, model: bool) -> None:
         return
     with shared.lock:
         if "model" not in shared.warmed:
-            from rlrun.training.export import warm_up as warm_up_model
+            from rlrun.tracking.model_files import warm_up as warm_up_model
 
             warm_up_model()
             shared.warmed.add("model")

@@ -149,9 +149,14 @@ def _on_artifact(run: RunJobs, job: msg.Artifact) -> bool:
 def _on_model(run: RunJobs, job: msg.Model) -> bool:
     """A policy MLflow cannot export costs the model, not the run."""
     try:
-        from rlrun.training.export import log_policy_model
+        if job.actors_dir is not None and Path(job.actors_dir).is_dir():  # traced by the trainer: no torch here
+            from rlrun.tracking.model_files import log_saved_actors
 
-        log_policy_model(run.init.uri, run.id, job.checkpoint_dir, job.launch_dir)
+            log_saved_actors(run.init.uri, run.id, job.actors_dir)
+        else:
+            from rlrun.training.export import log_policy_model
+
+            log_policy_model(run.init.uri, run.id, job.checkpoint_dir, job.launch_dir)
     except Exception as e:
         text = one_line(e)[:5000]
         run.client.set_tag(run.id, "rlrun.model_error", text)

@@ -89,6 +89,7 @@ class Curve:
 class Model:
     checkpoint_dir: str
     launch_dir: str
+    actors_dir: str | None = None  # the trainer's traced actors (export.save_actors); None: trace them here
 
 
 @dataclass(frozen=True)

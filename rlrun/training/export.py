@@ -10,7 +10,10 @@ recurrent policy's model takes and returns its state too (``RecurrentGreedyActor
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -177,25 +180,15 @@ def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path,
     return uris[0]
 
 
-def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpoint_dir: str | Path, name: str,
-                   policy_id: str) -> str:
-    """Log one greedy policy as MLflow model ``name``; returns its URI.
-
-    The actor is traced to TorchScript: loading it needs torch only (not rlrun or your plugins) and
-    runs no pickled Python code. (MLflow's default "pt2" export would import torch._dynamo, ~3.5 s
-    here, on every run's way out.)
-    """
-    import logging
-    import warnings
-
-    import mlflow
-    import mlflow.pytorch
-    from mlflow.models import Model, infer_signature
-
-    actor = greedy_actor(loaded)
-    example = example_observations(loaded.obs_space)
+def trace_actor(policy: Policy, obs_space: gym.Space, action_space: gym.Space
+                ) -> tuple[torch.jit.ScriptModule, np.ndarray, np.ndarray]:
+    """The policy's greedy actor traced to TorchScript, its input example and the actions it gives
+    for it. Loading the trace needs torch only (not rlrun or your plugins) and runs no pickled Python
+    code. (MLflow's default "pt2" export would import torch._dynamo, ~3.5 s here.)"""
+    actor = greedy_actor(LoadedPolicy(policy, None, None, obs_space, action_space))  # type: ignore[arg-type]
+    example = example_observations(obs_space)
     if isinstance(actor, RecurrentGreedyActor):  # observations then an episode start's (zero) state
-        state = np.concatenate(loaded.policy.initial_state(len(example)), axis=1)
+        state = np.concatenate(policy.initial_state(len(example)), axis=1)
         example = np.concatenate([example.reshape(len(example), -1), state], axis=1).astype(np.float32)
     with torch.no_grad():
         out = actor(torch.as_tensor(example)).numpy()
@@ -203,6 +196,49 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
         scripted = torch.jit.trace(actor, torch.as_tensor(example), check_trace=False)
         if not np.allclose(scripted(torch.as_tensor(example)).numpy(), out):
             raise RuntimeError("the TorchScript trace of the greedy policy does not reproduce its actions")
+    return scripted, example, out
+
+
+def save_actors(policies: Mapping[str, Any], cfg: RunConfig, checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
+    """Each learned policy's traced greedy actor, input example and model metadata under ``out_dir``
+    (``<model name>/``, in model order), for the MLflow writer to log as MLflow models without importing
+    torch (rlrun/tracking/model_files.py): the trainer has the policy at hand and traces it in ~50 ms."""
+    out = Path(out_dir)
+    shutil.rmtree(out, ignore_errors=True)
+    learned = [(pid, p) for pid, p in policies.items() if isinstance(p, Policy)]
+    for i, (pid, policy) in enumerate(learned):
+        name = MODEL_ARTIFACT if pid == DEFAULT_POLICY_ID else f"{MODEL_ARTIFACT}_{pid}"
+        d = out / f"{i:03d}-{name}"
+        d.mkdir(parents=True)
+        scripted, example, actions = trace_actor(policy, policy.observation_space, policy.action_space)
+        torch.jit.save(scripted, str(d / ACTOR_FILE))
+        np.savez(d / EXAMPLE_FILE, input=example, output=actions)
+        (d / META_FILE).write_text(json.dumps({
+            "name": name, "torch_version": torch.__version__,
+            "metadata": model_metadata(cfg, checkpoint_dir, pid)}))
+    return out
+
+
+ACTOR_FILE, EXAMPLE_FILE, META_FILE = "model.pth", "example.npz", "meta.json"
+
+
+def model_metadata(cfg: RunConfig, checkpoint_dir: str | Path, policy_id: str) -> dict[str, str]:
+    return {"rlrun.algo": cfg.algo.name, "rlrun.env": cfg.env.label, "rlrun.checkpoint": Path(checkpoint_dir).name,
+            "rlrun.policy_id": policy_id}
+
+
+def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpoint_dir: str | Path, name: str,
+                   policy_id: str) -> str:
+    """Log one greedy policy as MLflow model ``name`` with ``mlflow.pytorch`` (a checkpoint whose
+    trainer did not save its actors: ``rlrun-wait`` replaying a run); returns its URI."""
+    import logging
+    import warnings
+
+    import mlflow
+    import mlflow.pytorch
+    from mlflow.models import Model, infer_signature
+
+    scripted, example, out = trace_actor(loaded.policy, loaded.obs_space, loaded.action_space)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
     logging.getLogger("mlflow.pytorch").setLevel(logging.ERROR)  # its pickle warning; ours is TorchScript
@@ -213,8 +249,7 @@ def _log_one_model(tracking_uri: str, run_id: str, loaded: LoadedPolicy, checkpo
             pytorch_model=scripted, serialization_format="pickle",  # a ScriptModule: saved with torch.jit.save
             input_example=example, signature=infer_signature(example, out),
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
-            metadata={"rlrun.algo": loaded.cfg.algo.name, "rlrun.env": loaded.cfg.env.label,
-                      "rlrun.checkpoint": Path(checkpoint_dir).name, "rlrun.policy_id": policy_id},
+            metadata=model_metadata(loaded.cfg, checkpoint_dir, policy_id),
         )
     return f"runs:/{run_id}/{name}"
 
