@@ -88,6 +88,11 @@ def env_copies(env: Any, num_envs: int) -> Any:
     return OneAgentEnv(env_from_config(env, num_envs))
 
 
+def copy_agent_spaces(copies: Any) -> dict[str, tuple[gym.Space, gym.Space]]:
+    """``{agent: (obs space, action space)}`` of env copies, as they present them."""
+    return {a: (copies.observation_space(a), copies.action_space(a)) for a in copies.possible_agents}
+
+
 def render_copy(env: Any) -> Any:
     """One copy of the configured env that renders ``rgb_array`` frames (``rlrun-eval render=true``): a
     gymnasium id, a plain rlrun env entry, or a multi-agent env that takes ``render_mode``; with the
@@ -117,7 +122,7 @@ def agent_spaces(env: Any, probe: bool = False, seed: int = 0) -> dict[str, tupl
     if not probe:
         copies = env_copies(env, 1)
         try:
-            return {a: (copies.observation_space(a), copies.action_space(a)) for a in copies.possible_agents}
+            return copy_agent_spaces(copies)
         finally:
             copies.close()
     return _probe_multi_agent(env, seed)

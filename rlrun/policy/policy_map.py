@@ -17,7 +17,7 @@ from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS
-from rlrun.envs.copies import agent_spaces
+from rlrun.envs.copies import agent_spaces, copy_agent_spaces
 
 
 # --------------------------------------------------------------------------- heuristic policies
@@ -148,7 +148,7 @@ def map_agents(cfg: RunConfig, spaces_of: Mapping[str, tuple[gym.Space, gym.Spac
 
 def copy_spaces(cfg: RunConfig, copies: Any) -> tuple[dict[str, str], dict[str, tuple[gym.Space, gym.Space]]]:
     """``map_agents`` for env copies (``rlrun/envs/copies.py``): agent -> policy, policy -> spaces."""
-    return map_agents(cfg, {a: (copies.observation_space(a), copies.action_space(a)) for a in copies.possible_agents})
+    return map_agents(cfg, copy_agent_spaces(copies))
 
 
 def run_spaces(cfg: RunConfig, probe: bool = False) -> dict[str, tuple[gym.Space, gym.Space]]:
@@ -157,5 +157,3 @@ def run_spaces(cfg: RunConfig, probe: bool = False) -> dict[str, tuple[gym.Space
     agents mapped to them. ``probe``: the env is reset and stepped once first, its API checked (before
     compute, one line on a mistake)."""
     return map_agents(cfg, agent_spaces(cfg.env, probe, cfg.seed))[1]
-
-

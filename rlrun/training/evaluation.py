@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from rlrun.config.schemas import EnvConfig
+from rlrun.config.schemas import EnvConfig, RunConfig
 from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max
-from rlrun.envs.copies import AGENT, OneAgentEnv, env_copies, render_copy
+from rlrun.envs.copies import OneAgentEnv, env_copies, render_copy
 from rlrun.envs.make import env_from_config
 from rlrun.policy.policy import Policy
 from rlrun.policy.policy_map import copy_spaces
@@ -105,10 +105,10 @@ def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: in
     own = env is None
     vec = env if env is not None else env_from_config(env_cfg, max(1, min(num_envs, num_episodes)))
     copies = OneAgentEnv(vec)
-    spaces = {DEFAULT_POLICY_ID: (copies.observation_space(AGENT), copies.action_space(AGENT))}
+    mapping, spaces = copy_spaces(RunConfig(), copies)  # a run without multiagent.policies: default_policy
     try:
-        return play({DEFAULT_POLICY_ID: policy}, {AGENT: DEFAULT_POLICY_ID}, spaces, copies, num_episodes,
-                    seed + EVAL_SEED_OFFSET, explore)
+        return play({DEFAULT_POLICY_ID: policy}, mapping, spaces, copies, num_episodes, seed + EVAL_SEED_OFFSET,
+                    explore)
     finally:
         if own:
             vec.close()
