@@ -125,8 +125,10 @@ def _link_into_local_store(run: RunJobs, local_dir: str, artifact_path: str | No
     if parsed.scheme not in ("", "file"):
         return False
     dest = Path(unquote(parsed.path)) / (artifact_path or "")
-    if not artifact_path or dest.exists():
+    if not artifact_path:
         return False
+    if dest.exists():  # linked before (a record replayed after its writer died): done if every file is ours
+        return _already_linked(Path(local_dir), dest)
     staging = dest.with_name(dest.name + ".linking")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +141,15 @@ def _link_into_local_store(run: RunJobs, local_dir: str, artifact_path: str | No
         shutil.rmtree(staging, ignore_errors=True)
         return False
     return True
+
+
+def _already_linked(local_dir: Path, dest: Path) -> bool:
+    import os
+
+    try:
+        return all(os.path.samefile(f, dest / f.relative_to(local_dir)) for f in local_dir.rglob("*") if f.is_file())
+    except OSError:
+        return False
 
 
 def _on_artifact(run: RunJobs, job: msg.Artifact) -> bool:
