@@ -325,7 +325,7 @@ CASES: dict[str, Case] = {
     "ckpt no counters": c(PPO, "resume=ck", checkpoint="no_counters", expect=["does not fit this config",
                                                                               "counters"]),
     "ckpt other algo": c(DQN, "resume=ck", checkpoint="as_is", expect=["resume: checkpoint", "algo.name"]),
-    "ckpt history garbage": c(PPO, "resume=ck", checkpoint="history_garbage", expect=["history.json"]),
+    "ckpt history garbage": c(PPO, "resume=ck", checkpoint="history_garbage", expect=["history.jsonl", "line 1"]),
     # ---------------------------------------------------------------- with MLflow tracking: nothing left RUNNING
     "tracked lr": c(PPO, "algo.lr=-1", expect="algo.lr: -1.0 must be positive", tracked=True),
     "tracked plugin": c(PPO, "plugins=[nope_module]", expect="plugins[0]", tracked=True),
@@ -369,7 +369,7 @@ def tamper(kind: str, src: Path, dst: Path) -> None:
             del state["counters"]
         torch.save(state, dst / "policy.pt")
     elif kind == "history_garbage":
-        (dst / "history.json").write_text('{"not": "rows"}')
+        (dst / "history.jsonl").write_text('{"not": "rows"}\n')
 
 
 # run as real processes too: a few of each kind of refusal (tracked ones only as processes)

@@ -67,8 +67,8 @@ def test_sigterm_is_ctrl_c_final_checkpoint_killed_run_and_resume_continues_it(t
     assert "Traceback" not in err and "final checkpoint" in err, err[-3000:]
     _, (run,) = _runs(tmp_path)
     assert run.info.status == "KILLED"
-    newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.json"))[-1]
-    covered = {int(step) for _, step, _ in json.loads(newest.read_text())}
+    newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))[-1]
+    covered = {int(json.loads(line)[1]) for line in newest.read_text().splitlines()}
     resumed = _resume_one_iteration(tmp_path)
     _no_hole_in_history(tmp_path, covered)
     # the summary names the run it continued, not a new name for the same MLflow run
@@ -86,8 +86,8 @@ def test_group_sigkill_with_the_writer_leaves_nothing_running_and_resume_fills_t
         w.kill()  # ... and the writer too, the worst case: nothing it had not written is confirmed
     proc.wait(timeout=30)
     psutil.wait_procs(writers, timeout=30)
-    newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.json"))[-1]
-    covered = {int(step) for _, step, _ in json.loads(newest.read_text())}
+    newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))[-1]
+    covered = {int(json.loads(line)[1]) for line in newest.read_text().splitlines()}
     (newest.parents[1] / f".iter_999999.tmp-{proc.pid}-x1y2").mkdir()  # what a kill during a write leaves
     _resume_one_iteration(tmp_path)
     _no_hole_in_history(tmp_path, covered)

@@ -94,10 +94,10 @@ def killed_then_resumed(d: Path, kill: Callable[[subprocess.Popen[str]], None], 
     code = p.wait()
     if expect_code is not None and code != expect_code:
         return f"exit {code}, expected {expect_code}: {p.stderr.read()[-300:]}"
-    ckpts = sorted(d.glob("outputs/*/*/checkpoints/iter_*/history.json"))
+    ckpts = sorted(d.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))
     if not ckpts:
         return "no checkpoint to resume"
-    covered = {int(step) for _, step, _ in json.loads(ckpts[-1].read_text())}
+    covered = {int(json.loads(line)[1]) for line in ckpts[-1].read_text().splitlines()}
     COVERED.append(len(covered))
     # one more iteration (counters come back from the checkpoint, so training_iteration=1 is met at once)
     r = cli(["algo=ppo", "stop.timesteps_total=null", "stop.training_iteration=1", "checkpoint.every_n_iters=10",

@@ -14,10 +14,10 @@ from typing import Any
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import CheckpointError, first_line
+from rlrun.core.history import MetricHistory
 from rlrun.core.metrics import STOP_COUNTERS
 from rlrun.core.provenance import version_tags
 from rlrun.tracking.tracker import Tracker, TrackingError
-from rlrun.tracking.writer_messages import MetricRow
 from rlrun.training.checkpoint import Checkpoint, remove_dead_writes, save_checkpoint
 from rlrun.training.trainer import Trainer
 
@@ -75,7 +75,7 @@ def check_output_dir_is_ours(out_dir: Path, run_key: str, resume_run_id: str | N
 
 
 def write_checkpoint(trainer: Trainer, cfg: RunConfig, result: Mapping[str, float], out_dir: Path,
-                     config_dict: dict[str, Any], tracker: Any, history: list[MetricRow] | None = None,
+                     config_dict: dict[str, Any], tracker: Any, history: MetricHistory | None = None,
                      run_key: str = "", run_name: str | None = None) -> Path:
     """Write ``checkpoints/iter_NNNNNN`` atomically, send it to MLflow, keep the newest
     ``checkpoint.keep_last`` locally. Writing the same iteration twice (periodic + final) is a no-op.

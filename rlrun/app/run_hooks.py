@@ -26,10 +26,9 @@ class RecordIteration:
     tracker whose writer died fails the run here, not at the end)."""
 
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
-        ctx.history.append(result)
         row = (without_unused(clean_metrics(result), ctx.used_metrics), int(result["timesteps_total"]),
                int(time.time() * 1000))
-        ctx.metric_rows.append(row)
+        ctx.history.append(*row)
         ctx.tracker.check()
         ctx.tracker.log_metrics(*row)
 
@@ -47,7 +46,7 @@ class CheckpointEvery:
 
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
         if trainer.iteration % self.n == 0:
-            write_checkpoint(trainer, ctx.cfg, result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.metric_rows,
+            write_checkpoint(trainer, ctx.cfg, result, ctx.out_dir, ctx.config_dict, ctx.tracker, ctx.history,
                              ctx.run_key, ctx.run_name)
 
 

@@ -33,6 +33,7 @@ from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
+from rlrun.core.history import HISTORY_FILE, MetricHistory, read_rows
 from rlrun.core.metrics import DEFAULT_POLICY_ID, STOP_COUNTERS
 from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.core.sweep_info import SweepJob
@@ -44,7 +45,6 @@ from rlrun.tracking.mlflow_runs import RUN_KEY_TAG
 from rlrun.tracking.pending import PENDING_FILE, finish_pending
 from rlrun.tracking.progress import ProgressLine, Summary
 from rlrun.tracking.tracker import Tracker, TrackingError, default_tracking_uri, make_tracker
-from rlrun.tracking.writer_messages import MetricRow
 from rlrun.training.checkpoint import (
     Checkpoint,
     check_resumable,
@@ -66,7 +66,7 @@ class RunResult:
     checkpoint_dir: Path
     output_dir: Path
     run_id: str | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
+    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations (their metric rows)
 
 
 def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str | None:
@@ -127,12 +127,12 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
                                  str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
     met = target_met(ctx.cfg.stop, ctx.result)
     if ctx.cfg.progress:
-        print("\n".join(Summary(ctx.reason, met, ctx.history, time.monotonic() - t0, ctx.out_dir,
+        print("\n".join(Summary(ctx.reason, met, ctx.results, time.monotonic() - t0, ctx.out_dir,
                                  ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
                                  ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
                                  ctx.tracker.experiment_id, ctx.writer_pid).lines()),
               flush=True)
-    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history)
+    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.results)
 
 
 @dataclass
@@ -149,8 +149,10 @@ class _RunContext:
     progress: ProgressLine
     trainer: Trainer | None = None
     result: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations
-    metric_rows: list[MetricRow] = field(default_factory=list)  # every iteration of the run (resumes included)
+    # every iteration of the run (resumes included) in <output_dir>/metrics.jsonl, not in memory
+    history: MetricHistory = field(default_factory=lambda: MetricHistory(None))
+    history_start: int = 0  # this process's iterations: from this row on
+    results: list[dict[str, float]] = field(default_factory=list)  # this process's, read back when it ends
     checkpoint_written: bool = False
     reason: str = "not started"
     status: str = "FAILED"
@@ -225,8 +227,10 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
     progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
+    rows = read_rows(resumed.history_file) if resumed and resumed.history_file else ()
+    history = MetricHistory(out_dir / HISTORY_FILE, rows)
     return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
-                       checkpoint=out_dir / "checkpoints", metric_rows=list(resumed.history) if resumed else [],
+                       checkpoint=out_dir / "checkpoints", history=history, history_start=len(history),
                        run_name=run_name, run_key=run_key)
 
 
@@ -234,7 +238,7 @@ def _replay_history(ctx: _RunContext) -> None:
     """Resume: send the iterations the checkpoint covers that MLflow never got (the trainer was
     killed before its writer sent them); steps MLflow holds are skipped by the tracker."""
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
-    for metrics, step, ts in ctx.metric_rows:
+    for metrics, step, ts in ctx.history.rows():
         ctx.tracker.log_metrics(metrics, step, ts)
 
 
@@ -303,15 +307,17 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
 def _finish(ctx: _RunContext) -> None:
     """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
     ctx.progress.close(ctx.result or None)
+    ctx.results = ctx.history.results(ctx.history_start)  # for the summary, the curve and the caller
+    ctx.history.close()
     trainer = ctx.trainer
     try:
         if trainer is not None and trainer.iteration > 0:
             ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
-                                              ctx.metric_rows, ctx.run_key, ctx.run_name)
+                                              ctx.history, ctx.run_key, ctx.run_name)
             ctx.checkpoint_written = True
             if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
                 ctx.tracker.log_model(ctx.checkpoint, ctx.launch, _actors(ctx, trainer))
-            _describe_run(ctx.cfg, ctx.history, ctx.reason, ctx.tracker)
+            _describe_run(ctx.cfg, ctx.results, ctx.reason, ctx.tracker)
     finally:
         if trainer is not None:
             trainer.stop(finished=ctx.status == "FINISHED")

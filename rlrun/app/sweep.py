@@ -208,10 +208,11 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
     init: Any = OmegaConf.to_container(launcher.ray.init, resolve=True)
     init.setdefault("object_store_memory", 78643200)  # what the launcher itself would pass (75 MiB)
     if init.get("address") is None:
-        from rlrun.sources.ray_instance import keep_on_loopback, private_temp_dir
+        from rlrun.sources.ray_instance import PRIVATE_SYSTEM_CONFIG, keep_on_loopback, private_temp_dir
 
         keep_on_loopback()
         init.setdefault("_temp_dir", private_temp_dir())
+        init.setdefault("_system_config", PRIVATE_SYSTEM_CONFIG)
     from rlrun.core.quiet import verbose
 
     if not verbose():

@@ -116,7 +116,7 @@ class MlflowTracker(Tracker):
     batch. If the trainer process dies without ending the run, the child marks it KILLED.
     """
 
-    def __init__(self, init: msg.Init) -> None:
+    def __init__(self, init: msg.Init, journal: bool = True) -> None:
         self.uri, self.artifact_location = init.uri, init.artifact_location
         self.resume_run_id = init.resume_run_id
         self._skip_through_step = -1  # on resume: steps already in MLflow are not logged again
@@ -124,7 +124,9 @@ class MlflowTracker(Tracker):
         self.run_id: str | None = None
         self.experiment_id: str | None = None  # both set when the writer says the run exists
         self._init = init
-        self._journal: list[Any] = []  # every message after Init: what rlrun-wait replays if the writer dies
+        # every message after Init: what rlrun-wait replays if the writer dies after the run has ended in the
+        # background (``end_in_background``); a run that waits for its writer keeps none (hours of metrics)
+        self._journal: list[Any] | None = [] if journal else None
         self._pending: list[MetricRow] = []
         self._error: TrackingError | None = None  # the writer's first error: every later call reports it
         self._uploaded: set[str] = set()
@@ -135,7 +137,7 @@ class MlflowTracker(Tracker):
         self._send(init)
 
     def _send(self, message: Any) -> None:
-        if not isinstance(message, msg.Init | msg.End):
+        if self._journal is not None and not isinstance(message, msg.Init | msg.End):
             self._journal.append(message)
         try:
             self._conn.send(message)
@@ -271,7 +273,7 @@ class MlflowTracker(Tracker):
             return None
         self._poll()  # an error the writer already reported is raised here, as end() would
         proc = self._writer.proc
-        if proc is None or not self._writer.alive():
+        if proc is None or not self._writer.alive() or self._journal is None:
             self.end(status)
             return None
         self._flush()
@@ -385,4 +387,5 @@ def make_tracker(cfg: TrackingConfig, launch_dir: str | Path, experiment_name: s
         return Tracker()
     uri, artifact_location = store_locations(cfg.tracking_uri, cfg.artifact_location, launch_dir)
     return MlflowTracker(msg.Init(uri, artifact_location, cfg.experiment_name or experiment_name, cfg.run_name,
-                                  resume_run_id, cfg.log_model, None if resume_run_id else resume_run_key))
+                                  resume_run_id, cfg.log_model, None if resume_run_id else resume_run_key),
+                         journal=not cfg.wait)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MetricRow = tuple[dict[str, float], int, int]  # (metrics, step, timestamp in ms)
+from rlrun.core.history import MetricRow
+
 AUTHKEY_FILE = "authkey"  # beside a shared writer's socket, in its 0700 directory, mode 0600
 
 

@@ -1,5 +1,6 @@
 """Checkpoints are data, not code: tensors in ``policy.pt`` (loaded with ``weights_only=True``),
-metadata in ``meta.json``, the resolved config in ``config.yaml``. Written atomically: into a
+metadata in ``meta.json``, the resolved config in ``config.yaml``, the run's metric rows up to it in
+``history.jsonl`` (a copy of the run's ``metrics.jsonl``: rlrun/core/history.py). Written atomically: into a
 temporary sibling directory, then renamed, so a crash never leaves a half-written checkpoint."""
 
 from __future__ import annotations
@@ -15,20 +16,22 @@ import torch
 import yaml
 
 from rlrun.core.errors import CheckpointError, first_line
+from rlrun.core.history import HistoryError, MetricHistory, read_rows
 from rlrun.core.liveness import process_start
 
 FORMAT_VERSION = 2  # 2: state["policies"][policy_id] (weights, optimizer, RNGs, learner state)
 TENSORS_FILE = "policy.pt"
 META_FILE = "meta.json"
 CONFIG_FILE = "config.yaml"
-HISTORY_FILE = "history.json"  # every iteration's metrics up to this checkpoint: resume replays what MLflow lacks
+HISTORY_FILE = "history.jsonl"  # every iteration's metrics up to this checkpoint: resume replays what MLflow lacks
+OLD_HISTORY_FILE = "history.json"  # the same as one JSON list (checkpoints written before 2026-11-26)
 
 
 class Checkpoint(NamedTuple):
     state: dict[str, Any]  # tensors and plain containers (policy weights, optimizer, RNG)
     meta: dict[str, Any]  # JSON: format version, counters, algo, env, versions
     config: dict[str, Any]
-    history: list[tuple[dict[str, float], int, int]] = []  # (metrics, env step, timestamp ms) per iteration
+    history_file: Path | None = None  # its metric rows (rlrun/core/history.py: read_rows), checked when loaded
 
 
 def remove_dead_writes(root: Path) -> None:
@@ -42,7 +45,7 @@ def remove_dead_writes(root: Path) -> None:
 
 def save_checkpoint(
     path: str | Path, state: dict[str, Any], meta: dict[str, Any], config: dict[str, Any],
-    history: list[tuple[dict[str, float], int, int]] | None = None,
+    history: MetricHistory | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically; an existing one at ``path`` is replaced."""
     path = Path(path)
@@ -53,7 +56,7 @@ def save_checkpoint(
         (tmp / META_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, **meta}, indent=2))
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
         if history is not None:
-            (tmp / HISTORY_FILE).write_text(json.dumps([[m, step, ts] for m, step, ts in history]))
+            history.copy_to(tmp / HISTORY_FILE)
         for f in tmp.iterdir():  # data on disk before the rename makes it visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -84,7 +87,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"checkpoint {path / META_FILE}: format_version {version!r}, this rlrun reads {FORMAT_VERSION}"
         )
     config = _read_mapping(path / CONFIG_FILE, yaml.safe_load, "a YAML mapping")
-    return Checkpoint(_load_tensors(path / TENSORS_FILE), meta, config, _read_history(path / HISTORY_FILE))
+    return Checkpoint(_load_tensors(path / TENSORS_FILE), meta, config, _checked_history(path))
 
 
 def _read_mapping(path: Path, parse: Any, what: str) -> dict[str, Any]:
@@ -119,14 +122,17 @@ def _load_tensors(path: Path) -> dict[str, Any]:
     return state
 
 
-def _read_history(path: Path) -> list[tuple[dict[str, float], int, int]]:
-    if not path.is_file():
-        return []
-    try:
-        rows = json.loads(path.read_text())
-        return [({str(k): float(v) for k, v in m.items()}, int(step), int(ts)) for m, step, ts in rows]
-    except (ValueError, TypeError, AttributeError) as e:
-        raise CheckpointError(f"checkpoint {path}: not a metric history ({type(e).__name__}: {e})") from None
+def _checked_history(path: Path) -> Path | None:
+    """The checkpoint's history file, read through once to check it (its rows are not kept)."""
+    for name in (HISTORY_FILE, OLD_HISTORY_FILE):
+        if (path / name).is_file():
+            try:
+                for _ in read_rows(path / name):
+                    pass
+            except (HistoryError, OSError, UnicodeDecodeError) as e:
+                raise CheckpointError(f"checkpoint {path / name}: not a metric history ({first_line(e)})") from None
+            return path / name
+    return None
 
 
 # --------------------------------------------------------------------------- resume
