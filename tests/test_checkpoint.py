@@ -1,4 +1,5 @@
 import json
+import math
 import tracemalloc
 
 import pytest
@@ -54,6 +55,10 @@ def _rows(n, start=0):
 
 def test_history_rows_go_to_the_file_and_a_checkpoint_carries_them(tmp_path):
     h = MetricHistory(tmp_path / "metrics.jsonl", _rows(2))  # a resume starts from the checkpoint's rows
+    h.append({"rollout/episode_return_mean": math.nan}, 150, 1)  # no episode finished yet: kept as the result had it
+    (nan_row,) = list(h.rows(2))
+    assert math.isnan(nan_row[0]["rollout/episode_return_mean"])
+    h = MetricHistory(tmp_path / "metrics.jsonl", _rows(2))
     for row in _rows(3, start=2):
         h.append(*row)
     assert len(h) == 5 and list(h.rows()) == _rows(5) and h.results(3) == [m for m, _, _ in _rows(2, start=3)]

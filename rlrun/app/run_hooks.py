@@ -8,6 +8,7 @@ stop criterion is checked after them, so a stopping iteration is recorded and sh
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rlrun.app.run_files import write_checkpoint
@@ -21,16 +22,26 @@ class RunHook(Protocol):
         ...
 
 
+def numbers(result: Mapping[str, Any]) -> dict[str, float]:
+    """Every number of an iteration's result, as a float (NaN included: no episode finished yet)."""
+    return {k: float(v) for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def mlflow_row(metrics: Mapping[str, float], used: set[str]) -> dict[str, float]:
+    """What MLflow gets of an iteration: its finite numbers, less the metrics still unused (``used``
+    is updated; replaying the history in order with a fresh set gives the same rows)."""
+    return without_unused(clean_metrics(metrics), used)
+
+
 class RecordIteration:
-    """The iteration into the run's history and, as one metric row at its env step, to MLflow (a
-    tracker whose writer died fails the run here, not at the end)."""
+    """The iteration into the run's history (``<output_dir>/metrics.jsonl``) and, as one metric row at
+    its env step, to MLflow (a tracker whose writer died fails the run here, not at the end)."""
 
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
-        row = (without_unused(clean_metrics(result), ctx.used_metrics), int(result["timesteps_total"]),
-               int(time.time() * 1000))
-        ctx.history.append(*row)
+        step, ms = int(result["timesteps_total"]), int(time.time() * 1000)
+        ctx.history.append(numbers(result), step, ms)
         ctx.tracker.check()
-        ctx.tracker.log_metrics(*row)
+        ctx.tracker.log_metrics(mlflow_row(result, ctx.used_metrics), step, ms)
 
 
 class ShowProgress:

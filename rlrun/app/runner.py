@@ -27,7 +27,7 @@ from rlrun.app.run_files import (
     default_output_dir,
     write_checkpoint,
 )
-from rlrun.app.run_hooks import build_run_hooks
+from rlrun.app.run_hooks import build_run_hooks, mlflow_row
 from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
@@ -152,7 +152,7 @@ class _RunContext:
     # every iteration of the run (resumes included) in <output_dir>/metrics.jsonl, not in memory
     history: MetricHistory = field(default_factory=lambda: MetricHistory(None))
     history_start: int = 0  # this process's iterations: from this row on
-    results: list[dict[str, float]] = field(default_factory=list)  # this process's, read back when it ends
+    results: list[dict[str, float]] = field(default_factory=list)  # this process's, read back at its end
     checkpoint_written: bool = False
     reason: str = "not started"
     status: str = "FAILED"
@@ -238,8 +238,9 @@ def _replay_history(ctx: _RunContext) -> None:
     """Resume: send the iterations the checkpoint covers that MLflow never got (the trainer was
     killed before its writer sent them); steps MLflow holds are skipped by the tracker."""
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
+    used: set[str] = set()
     for metrics, step, ts in ctx.history.rows():
-        ctx.tracker.log_metrics(metrics, step, ts)
+        ctx.tracker.log_metrics(mlflow_row(metrics, used), step, ts)
 
 
 def _check_store_dir(cfg: RunConfig) -> None:

@@ -12,7 +12,6 @@ MLflow never got, and the file then starts over from the checkpoint's rows.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
@@ -79,7 +78,8 @@ class MetricHistory:
 
 
 def _line(metrics: Mapping[str, float], step: int, timestamp_ms: int) -> str:
-    return json.dumps([dict(metrics), int(step), int(timestamp_ms)], allow_nan=False) + "\n"
+    # NaN (no episode finished yet) is kept as Python's json writes it: the row is the iteration's result
+    return json.dumps([dict(metrics), int(step), int(timestamp_ms)]) + "\n"
 
 
 def read_rows(path: Path) -> Iterator[MetricRow]:
@@ -102,7 +102,6 @@ def read_rows(path: Path) -> Iterator[MetricRow]:
 def _row(value: Any, n: int) -> MetricRow:
     try:
         metrics, step, ts = value
-        out = {str(k): float(v) for k, v in metrics.items()}
-        return {k: v for k, v in out.items() if math.isfinite(v)}, int(step), int(ts)
+        return {str(k): float(v) for k, v in metrics.items()}, int(step), int(ts)
     except (ValueError, TypeError, AttributeError) as e:
         raise HistoryError(f"line {n}: not a [metrics, step, ms] row ({type(e).__name__}: {e})") from None
