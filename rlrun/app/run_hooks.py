@@ -61,6 +61,25 @@ class CheckpointEvery:
                              ctx.run_key, ctx.run_name)
 
 
+class TagWorkerNodes:
+    """After a Ray worker was restarted (its node may have died: it runs elsewhere now), the MLflow tags
+    ``ray.worker.<i>.node`` say where the workers run; a restarted worker not placed yet is asked again
+    after the next iteration."""
+
+    def __init__(self) -> None:
+        self.restarts = 0
+
+    def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
+        workers = trainer.workers
+        if workers.num_worker_restarts == self.restarts:
+            return
+        nodes = workers.placement(timeout_s=0.5)
+        if nodes is not None:
+            self.restarts = workers.num_worker_restarts
+            ctx.tracker.set_tags({f"ray.worker.{i}.node": node for i, node in nodes.items()})
+
+
 def build_run_hooks(cfg: Any) -> list[RunHook]:
     every = cfg.checkpoint.every_n_iters
-    return [RecordIteration(), ShowProgress(), *([CheckpointEvery(every)] if every else [])]
+    return [RecordIteration(), ShowProgress(), *([CheckpointEvery(every)] if every else []),
+            *([TagWorkerNodes()] if cfg.rollout.num_workers > 0 else [])]

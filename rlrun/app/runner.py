@@ -102,8 +102,9 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
             _replay_history(ctx)
         workers = ctx.trainer.workers
         if workers.ray_address:  # where the Ray workers run: ray.worker.<i>.node = <resources or head>:<node id>
+            nodes = workers.placement() or {}
             ctx.tracker.set_tags({"ray.address": workers.ray_address,
-                                  **{f"ray.worker.{i}.node": node for i, node in workers.placement().items()}})
+                                  **{f"ray.worker.{i}.node": node for i, node in nodes.items()}})
         _loop(ctx, ctx.trainer)
         ctx.status = "FINISHED"
     except KeyboardInterrupt as e:

@@ -151,14 +151,19 @@ class WorkerSet:
         return WorkerSpec(c.env, c.rollout, seed, index, plugins=tuple(c.plugins), launch_dir=self.launch_dir,
                           callbacks=tuple(c.callbacks), record_next_obs=c.output is not None)
 
-    def placement(self) -> dict[str, str]:
+    def placement(self, timeout_s: float = 60.0) -> dict[str, str] | None:
         """``{worker index: node}`` of the remote workers, a node named by its custom resources (those
-        given to ``ray start --resources``), or ``head``, and its id's first 8 characters."""
+        given to ``ray start --resources``), or ``head``, and its id's first 8 characters; None when a
+        worker does not answer within ``timeout_s`` (one just restarted, not placed yet)."""
         if not self._remote:
             return {}
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
-        ids = ray.get([w.node_id.remote() for _, w in sorted(self._remote.items())], timeout=60)
+        try:
+            ids = ray.get([w.node_id.remote() for _, w in sorted(self._remote.items())], timeout=timeout_s)
+        except (GetTimeoutError, RayActorError):
+            return None
         names = {}
         for n in ray.nodes():
             res = n.get("Resources", {})
