@@ -214,13 +214,13 @@ def test_ray_launcher_jobs_fail_clearly_when_actors_cannot_get_cpus(tmp_path):
     # 4 one-CPU actors per job on 2 CPUs can never all start, whatever the timing.
     args = ["-m", "hydra/launcher=ray", "hydra.launcher.ray.init.num_cpus=2", "+experiment=ppo_cartpole",
             "seed=0,1", "stop.timesteps_total=2000", "progress=false", "rollout=ray", "rollout.num_workers=4",
-            "rollout.ray.start_timeout_s=15"]
+            "rollout.ray.start_timeout_s=5"]
     p = subprocess.run(isolated([sys.executable, "-m", "rlrun", *args]), cwd=tmp_path, capture_output=True,
                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     _, children = _sweep_runs(_store(tmp_path))
     errors = [c.data.tags.get("rlrun.error", "") for c in children if c.info.status == "FAILED"]
     assert len(errors) == 2, p.stdout[-2000:]
-    assert all("rollout workers started within rollout.ray.start_timeout_s=15" in e for e in errors), errors
+    assert all("rollout workers started within rollout.ray.start_timeout_s=5" in e for e in errors), errors
     assert p.returncode == 1, "all jobs failed: the sweep must exit 1"
 
 

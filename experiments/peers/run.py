@@ -122,8 +122,9 @@ print(json.dumps({{"env_steps": Stop.met or model.num_timesteps, "return": mean,
 
 # RLlib 2.60's tuned example for PPO on CartPole-v1 (rllib/tuned_examples/ppo/cartpole_ppo.py in the
 # ray-project/ray repository at ray-2.60.0): lr 3e-4, 6 epochs, vf_loss_coeff 0.01, one hidden layer of
-# 32 linear units shared by the policy and value heads; every other setting is PPOConfig's default
-# (new API stack: train_batch_size_per_learner 4000, minibatch 128, 2 env runners). The stop is the
+# 32 linear units shared by the policy and value heads, and one env runner (a single sampling process, as
+# rlrun's preset samples in-process); every other setting is PPOConfig's default (new API stack:
+# train_batch_size_per_learner 4000, minibatch 128). The stop is the
 # same as everyone's: the mean of the last 100 finished training episodes, which a callback collects
 # from the env-runner processes (RLlib's own ``episode_return_mean`` merges the runners' windows).
 RLLIB_RUN = """
@@ -144,6 +145,7 @@ class Returns(RLlibCallback):
 open(RETURNS, "w").close()
 ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
 config = (PPOConfig().environment("CartPole-v1").debugging(seed=SEED).callbacks(Returns)
+          .env_runners(num_env_runners=1)
           .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
           .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
                                                      vf_share_layers=True)))

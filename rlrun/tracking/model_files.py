@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-ACTOR_FILE, EXAMPLE_FILE, META_FILE = "model.pth", "example.npz", "meta.json"  # as save_actors writes them
+from rlrun.core.actor_files import ACTOR_FILE, EXAMPLE_FILE, META_FILE
+
 PICKLE_MODULE = "mlflow.pytorch.pickle_module"  # what mlflow.pytorch records for a TorchScript model
 
 

@@ -24,6 +24,7 @@ from torch import nn
 
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
+from rlrun.core.actor_files import ACTOR_FILE, EXAMPLE_FILE, META_FILE
 from rlrun.envs.filters import MeanStdFilter, NoFilter
 from rlrun.models.distributions import ActionDistribution
 from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy
@@ -218,8 +219,6 @@ def save_actors(policies: Mapping[str, Any], cfg: RunConfig, checkpoint_dir: str
             "metadata": model_metadata(cfg, checkpoint_dir, pid)}))
     return out
 
-
-ACTOR_FILE, EXAMPLE_FILE, META_FILE = "model.pth", "example.npz", "meta.json"
 
 
 def model_metadata(cfg: RunConfig, checkpoint_dir: str | Path, policy_id: str) -> dict[str, str]:
