@@ -7,6 +7,7 @@ killed), the run goes on with its worker restarted on the head."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -131,7 +132,9 @@ def test_a_node_that_dies_mid_run_costs_its_worker_a_restart_and_no_iteration(tm
     killed = (launch / "killed").read_text()
     assert int(killed.split()[0]) >= 2, killed  # the node's raylet and its worker, at least
     assert (launch / "left").read_text() == "", "a process of the dead node is still running"
-    assert "rollout worker 2 failed (actor died" in out and "restarting it" in out, out[-3000:]  # said what happened
+    # said what happened (the worker SPREAD put on the second node; restarted there again, before Ray has
+    # marked the node dead, it fails once more and is restarted on the head)
+    assert re.search(r"rollout worker [12] failed \(actor died: .*\); restarting it", out), out[-3000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{launch / 'mlflow.db'}")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "FINISHED" and run.data.metrics["rollout/episode_return_mean"] >= 475
