@@ -90,6 +90,7 @@ def test_an_older_checkpoints_history_is_read_and_a_bad_one_named(tmp_path):
     p = save_checkpoint(tmp_path / "ck", {"n": 1}, {}, {})
     (p / "history.json").write_text(json.dumps([[m, s, t] for m, s, t in _rows(3)]))  # before 2026-11-26: one list
     assert list(read_rows(load_checkpoint(p).history_file)) == _rows(3)
-    (p / "history.jsonl").write_text(json.dumps(_rows(1)[0]) + "\n[1, 2]\n")
-    with pytest.raises(CheckpointError, match=r"history.jsonl: not a metric history \(line 2: not a \[metrics"):
+    (p / "history.jsonl").write_text('{"a": 1.0, "_step": 5, "_timestamp_ms": 9}\n{"a": 1.0}\n')
+    with pytest.raises(CheckpointError, match=r"history.jsonl: not a metric history \(line 2: not an iteration's "
+                                              r"metrics with _step and _timestamp_ms \(KeyError"):
         load_checkpoint(p)

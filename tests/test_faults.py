@@ -68,7 +68,7 @@ def test_sigterm_is_ctrl_c_final_checkpoint_killed_run_and_resume_continues_it(t
     _, (run,) = _runs(tmp_path)
     assert run.info.status == "KILLED"
     newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))[-1]
-    covered = {int(json.loads(line)[1]) for line in newest.read_text().splitlines()}
+    covered = {int(json.loads(line)["_step"]) for line in newest.read_text().splitlines()}
     resumed = _resume_one_iteration(tmp_path)
     _no_hole_in_history(tmp_path, covered)
     # the summary names the run it continued, not a new name for the same MLflow run
@@ -87,7 +87,7 @@ def test_group_sigkill_with_the_writer_leaves_nothing_running_and_resume_fills_t
     proc.wait(timeout=30)
     psutil.wait_procs(writers, timeout=30)
     newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))[-1]
-    covered = {int(json.loads(line)[1]) for line in newest.read_text().splitlines()}
+    covered = {int(json.loads(line)["_step"]) for line in newest.read_text().splitlines()}
     (newest.parents[1] / f".iter_999999.tmp-{proc.pid}-x1y2").mkdir()  # what a kill during a write leaves
     _resume_one_iteration(tmp_path)
     _no_hole_in_history(tmp_path, covered)

@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+import pandas
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -51,6 +52,11 @@ def test_metrics_once_per_iteration_stepped_by_env_steps(tracked_run):
         steps = [m.step for m in hist]
         assert steps == sorted(steps) and steps[-1] == result.metrics["timesteps_total"]
         assert steps == [int(h["timesteps_total"]) for h in result.history]
+    # the same rows in the run directory, as the README reads them
+    table = pandas.read_json(result.output_dir / "metrics.jsonl", lines=True)
+    assert table["_step"].tolist() == steps and table["training_iteration"].tolist() == [1, 2, 3]
+    mlflow_returns = [m.value for m in client.get_metric_history(result.run_id, "rollout/episode_return_mean")]
+    assert table["rollout/episode_return_mean"].tolist() == mlflow_returns
 
 
 def test_artifacts_config_and_loadable_checkpoint(tracked_run, tmp_path):

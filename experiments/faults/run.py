@@ -97,7 +97,7 @@ def killed_then_resumed(d: Path, kill: Callable[[subprocess.Popen[str]], None], 
     ckpts = sorted(d.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))
     if not ckpts:
         return "no checkpoint to resume"
-    covered = {int(json.loads(line)[1]) for line in ckpts[-1].read_text().splitlines()}
+    covered = {int(json.loads(line)["_step"]) for line in ckpts[-1].read_text().splitlines()}
     COVERED.append(len(covered))
     # one more iteration (counters come back from the checkpoint, so training_iteration=1 is met at once)
     r = cli(["algo=ppo", "stop.timesteps_total=null", "stop.training_iteration=1", "checkpoint.every_n_iters=10",

@@ -66,7 +66,7 @@ class RunResult:
     checkpoint_dir: Path
     output_dir: Path
     run_id: str | None = None
-    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations (their metric rows)
+    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations' numbers
 
 
 def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str | None:

@@ -4,9 +4,10 @@ JSON-lines file in the run's output dir and not held in memory.
 An hours-long run keeps its memory flat for it: with every iteration's result dict held in memory
 (three times: the run's history, the rows its checkpoints carry and the writer's journal) PPO's
 trainer grew ~6 MB/min at ~1,300 iterations a minute (experiments/soak, 2026-11-26). The file is
-also a plain record beside the run (``<output_dir>/metrics.jsonl``, one ``[metrics, step, ms]`` per
-line), and a checkpoint carries a copy of it as it stood (``history.jsonl``): a resume replays what
-MLflow never got, and the file then starts over from the checkpoint's rows.
+also a plain record beside the run (``<output_dir>/metrics.jsonl``: one JSON object per iteration, its
+metrics plus ``_step`` and ``_timestamp_ms``, so ``pandas.read_json(path, lines=True)`` is a table of
+the run), and a checkpoint carries a copy of it as it stood (``history.jsonl``): a resume replays
+what MLflow never got, and the file then starts over from the checkpoint's rows.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 MetricRow = tuple[dict[str, float], int, int]  # (metrics, env step, timestamp in ms)
 HISTORY_FILE = "metrics.jsonl"
+STEP_KEY, TIME_KEY = "_step", "_timestamp_ms"  # beside the metrics in a line (no metric name starts with _)
 
 
 class HistoryError(ValueError):
@@ -79,12 +81,13 @@ class MetricHistory:
 
 def _line(metrics: Mapping[str, float], step: int, timestamp_ms: int) -> str:
     # NaN (no episode finished yet) is kept as Python's json writes it: the row is the iteration's result
-    return json.dumps([dict(metrics), int(step), int(timestamp_ms)]) + "\n"
+    return json.dumps({**metrics, STEP_KEY: int(step), TIME_KEY: int(timestamp_ms)}) + "\n"
 
 
 def read_rows(path: Path) -> Iterator[MetricRow]:
-    """The rows of a history file: one ``[metrics, step, ms]`` per line, or (checkpoints written
-    before 2026-11-26) one JSON list of them. Raises ``HistoryError`` naming the line."""
+    """The rows of a history file: one JSON object per line (metrics, ``_step``, ``_timestamp_ms``), or
+    (checkpoints written before 2026-11-26) one JSON list of ``[metrics, step, ms]``. Raises
+    ``HistoryError`` naming the line."""
     with open(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -101,7 +104,12 @@ def read_rows(path: Path) -> Iterator[MetricRow]:
 
 def _row(value: Any, n: int) -> MetricRow:
     try:
-        metrics, step, ts = value
+        if isinstance(value, dict):
+            metrics = dict(value)
+            step, ts = metrics.pop(STEP_KEY), metrics.pop(TIME_KEY)
+        else:
+            metrics, step, ts = value
         return {str(k): float(v) for k, v in metrics.items()}, int(step), int(ts)
-    except (ValueError, TypeError, AttributeError) as e:
-        raise HistoryError(f"line {n}: not a [metrics, step, ms] row ({type(e).__name__}: {e})") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise HistoryError(f"line {n}: not an iteration's metrics with {STEP_KEY} and {TIME_KEY} "
+                           f"({type(e).__name__}: {e})") from None
