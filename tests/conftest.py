@@ -39,7 +39,8 @@ def pytest_configure(config):
 # each module is one unit of work (``xdist_group`` below), handed to the workers in collection order,
 # and the longest first keeps one long module from being the last thing the suite waits for.
 LONGEST_FIRST = ("test_readme", "test_soak", "test_sweep", "test_worker_set", "test_serving", "test_multi_agent",
-                 "test_recurrent", "test_faults", "test_bad_input", "test_learning", "test_offline", "test_pending")
+                 "test_recurrent", "test_faults", "test_bad_input", "test_learning", "test_offline", "test_cluster",
+                 "test_pending")
 
 
 # modules that share a session fixture run on the same worker, so it is built once
