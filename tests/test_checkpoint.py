@@ -62,6 +62,8 @@ def test_history_rows_go_to_the_file_and_a_checkpoint_carries_them(tmp_path):
     for row in _rows(3, start=2):
         h.append(*row)
     assert len(h) == 5 and list(h.rows()) == _rows(5) and h.results(3) == [m for m, _, _ in _rows(2, start=3)]
+    slim = h.results(keep=lambda k: k == "timesteps_total")  # only what is kept, but the last row whole
+    assert slim == [*({"timesteps_total": m["timesteps_total"]} for m, _, _ in _rows(4)), _rows(5)[-1][0]]
     p = save_checkpoint(tmp_path / "ck", {"n": 1}, {}, {}, h)
     h.append(*_rows(1, start=5)[0])  # rows after the checkpoint are not in it
     ck = load_checkpoint(p)

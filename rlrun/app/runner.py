@@ -33,7 +33,7 @@ from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
-from rlrun.core.history import HISTORY_FILE, MetricHistory, read_rows
+from rlrun.core.history import HISTORY_FILE, MetricHistory, read_results, read_rows
 from rlrun.core.metrics import DEFAULT_POLICY_ID, STOP_COUNTERS
 from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.core.sweep_info import SweepJob
@@ -66,7 +66,13 @@ class RunResult:
     checkpoint_dir: Path
     output_dir: Path
     run_id: str | None = None
-    history: list[dict[str, float]] = field(default_factory=list)  # this process's iterations' numbers
+    history_file: Path | None = None  # the run's metrics.jsonl (every iteration, resumes included)
+    history_start: int = 0  # this process's iterations: from this row on
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        """This process's iterations' numbers, read from the run's ``metrics.jsonl`` when asked for."""
+        return read_results(self.history_file, self.history_start)
 
 
 def stop_reason(stop: Mapping[str, float], result: Mapping[str, float]) -> str | None:
@@ -133,7 +139,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
                                  ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
                                  ctx.tracker.experiment_id, ctx.writer_pid).lines()),
               flush=True)
-    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.results)
+    return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history.path,
+                     ctx.history_start)
 
 
 @dataclass
@@ -153,7 +160,7 @@ class _RunContext:
     # every iteration of the run (resumes included) in <output_dir>/metrics.jsonl, not in memory
     history: MetricHistory = field(default_factory=lambda: MetricHistory(None))
     history_start: int = 0  # this process's iterations: from this row on
-    results: list[dict[str, float]] = field(default_factory=list)  # this process's, read back at its end
+    results: list[dict[str, float]] = field(default_factory=list)  # this process's, read back at its end (_shown)
     checkpoint_written: bool = False
     reason: str = "not started"
     status: str = "FAILED"
@@ -309,7 +316,7 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
 def _finish(ctx: _RunContext) -> None:
     """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
     ctx.progress.close(ctx.result or None)
-    ctx.results = ctx.history.results(ctx.history_start)  # for the summary, the curve and the caller
+    ctx.results = ctx.history.results(ctx.history_start, keep=_shown)  # for the summary and the curve
     ctx.history.close()
     trainer = ctx.trainer
     try:
@@ -341,6 +348,11 @@ def _actors(ctx: _RunContext, trainer: Trainer) -> Path | None:
         return save_actors(trainer.policies, ctx.cfg, ctx.checkpoint, ctx.out_dir / ACTORS_DIR)
     except Exception:  # the writer's own attempt reports what is wrong
         return None
+
+
+def _shown(metric: str) -> bool:
+    """What the summary and the learning curve read of every iteration (the last one is read whole)."""
+    return metric == "timesteps_total" or metric.endswith("/episode_return_mean")
 
 
 def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, tracker: Any) -> None:
