@@ -212,7 +212,7 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
 
         keep_on_loopback()
         init.setdefault("_temp_dir", private_temp_dir())
-        init.setdefault("_system_config", PRIVATE_SYSTEM_CONFIG)
+        init.setdefault("_system_config", dict(PRIVATE_SYSTEM_CONFIG))
     from rlrun.core.quiet import verbose
 
     if not verbose():

@@ -65,7 +65,8 @@ def init_ray(rc: RayConfig, launch_dir: str | Path | None = None) -> bool:
         # private instance on loopback; 127.0.0.1 also keeps Ray from probing the network for its IP
         keep_on_loopback()
         ray.init(num_cpus=rc.num_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", _temp_dir=private_temp_dir(), _system_config=PRIVATE_SYSTEM_CONFIG,
+                 _node_ip_address="127.0.0.1", _temp_dir=private_temp_dir(),
+                 _system_config=dict(PRIVATE_SYSTEM_CONFIG),
                  **quiet)
         return True
     _check_reachable(rc.address)
@@ -80,7 +81,8 @@ def init_ray(rc: RayConfig, launch_dir: str | Path | None = None) -> bool:
 
 # Ray's GCS keeps an event record of every task (each call of a worker's sample is one), up to 100k by
 # default: a long run's GCS grew 147 -> 384 MB over 30 min before it levelled off (experiments/soak,
-# 2026-11-26). A private instance has no dashboard to show them: the newest 10k are plenty.
+# 2026-11-26). A private instance has no dashboard to show them: the newest 10k are plenty. Ray adds
+# its session's spilling directory to the dict it is given: each init gets a copy.
 PRIVATE_SYSTEM_CONFIG = {"task_events_max_num_task_in_gcs": 10_000}
 
 
