@@ -53,25 +53,20 @@ class MetricHistory:
             self._file.flush()  # a killed run's file holds every iteration it recorded
         self._count += 1
 
+    # append flushes every row, so the file read below is always whole
     def rows(self, start: int = 0) -> Iterator[MetricRow]:
         """The rows from the ``start``-th on, read back from the file."""
         if self.path is None:
             return iter(())
-        if self._file is not None:
-            self._file.flush()
         return (row for i, row in enumerate(read_rows(self.path)) if i >= start)
 
     def results(self, start: int = 0, keep: Callable[[str], bool] | None = None) -> list[dict[str, float]]:
         """The metrics of the rows from the ``start``-th on (``read_results``)."""
-        if self._file is not None:
-            self._file.flush()
         return read_results(self.path, start, keep)
 
     def copy_to(self, dest: Path) -> None:
         """The file as it stands now, copied to ``dest`` (a checkpoint's copy)."""
         if self.path is not None:
-            if self._file is not None:
-                self._file.flush()
             shutil.copyfile(self.path, dest)
 
     def close(self) -> None:
