@@ -76,7 +76,11 @@ def test_a_long_ppo_run_on_ray_workers_holds_its_memory_flat(tmp_path):
     for pid, (role, samples) in sorted(seen.items()):
         if role not in BOUND or len(samples) < 8:
             continue
-        (rss0, fds0, threads0), (rss1, fds1, threads1) = samples[0], samples[-1]
+        rss0, rss1 = samples[0][0], samples[-1][0]
+        # a file or thread open for a moment at one sample (the writer uploading a checkpoint, SQLite's
+        # journal) is no leak: one that leaks is still open at each of the last samples
+        fds0, fds1 = max(s[1] for s in samples[:3]), min(s[1] for s in samples[-3:])
+        threads0, threads1 = max(s[2] for s in samples[:3]), min(s[2] for s in samples[-3:])
         growth = 100 * (rss1 - rss0) / rss0
         report.append(f"{role} {pid}: {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MB ({growth:+.2f} %), "
                       f"fds {fds0} -> {fds1}, threads {threads0} -> {threads1}")
