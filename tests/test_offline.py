@@ -373,19 +373,24 @@ def test_bad_data_is_refused_before_training_naming_the_file_and_the_column(reco
 
 
 @pytest.mark.slow
-def test_the_cli_says_one_line_and_exits_2_for_each_kind_of_bad_data(recorded, tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
+def test_the_cli_says_one_line_and_exits_2_for_each_kind_of_bad_data(recorded, tmp_path, monkeypatch):
+    """Each case through the CLI's entry function in this process (tests/inprocess.py), with MLflow
+    tracking on; the first also as a real ``python -m rlrun`` process, which must say the same line."""
+    from tests.inprocess import cli_in_process
 
-    def one(item):
-        name, (source, extra, needles) = item
+    minari = {"MINARI_DATASETS_PATH": str(tmp_path / "minari")}
+    monkeypatch.setenv("MINARI_DATASETS_PATH", minari["MINARI_DATASETS_PATH"])
+    results = []
+    for i, (name, (source, extra, needles)) in enumerate(_bad_inputs(recorded, tmp_path).items()):
+        args = ["+experiment=bc_cartpole", f"input={source}", *extra]
         cwd = tmp_path / name.replace(" ", "_").replace("'", "")
         cwd.mkdir()
-        p = run_cli(["+experiment=bc_cartpole", f"input={source}", *extra], cwd,
-                    env={"MINARI_DATASETS_PATH": str(tmp_path / "minari")})
-        return name, cwd, needles, p
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(one, _bad_inputs(recorded, tmp_path).items()))
+        results.append((name, cwd, needles, cli_in_process(args, cwd)))
+        if i == 0:
+            (cwd / "process").mkdir()
+            p = run_cli(args, cwd / "process", env=minari)
+            assert (p.returncode, p.stderr) == (results[-1][3].returncode, results[-1][3].stderr), (name, p.stderr)
+            results.append((name, cwd / "process", needles, p))
     for name, cwd, needles, p in results:
         assert p.returncode == 2 and p.stderr.count("\n") == 1, (name, p.stderr)
         assert p.stderr.startswith("rlrun: error: ") and all(n in p.stderr for n in needles), (name, p.stderr)

@@ -111,8 +111,8 @@ def test_padding_never_reaches_the_loss_learning_equals_each_sequence_alone():
     (["model=lstm", "algo=appo"], "and algo 'appo' cannot carry its state through its data path; recurrent models "
                                   "train with a2c, pg, ppo"),
 ])
-def test_recurrent_configs_that_cannot_work_are_refused_before_compute(cli, tmp_path, args, message):
-    p = cli(*args)
+def test_recurrent_configs_that_cannot_work_are_refused_before_compute(refuse, tmp_path, args, message):
+    p = refuse(*args)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and message in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "mlflow.db").exists()

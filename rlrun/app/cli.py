@@ -162,7 +162,10 @@ def main() -> None:
     (Ray's shutdown, logging) run, the interpreter's teardown is skipped - with Ray's C++ core worker,
     torch and mlflow loaded it takes ~2 s and writes nothing of ours."""
     argv = set(sys.argv[1:])
-    if not argv & {"-m", "--multirun", "--help", "-h", "--version", "tracking=none"}:  # a sweep has its shared writer
+    # a sweep has its shared writer; help, version and Hydra's print-and-exit flags never track
+    no_run = {"-m", "--multirun", "--help", "-h", "--version", "tracking=none", "--cfg", "-c", "--info", "-i",
+              "--hydra-help", "--shell-completion", "-sc"}
+    if not argv & no_run:
         from rlrun.tracking.tracker import start_writer_early
 
         start_writer_early()
