@@ -3,8 +3,9 @@ recording every iteration (~20 a second), ~75 s. Once the run has warmed up, no 
 (trainer, writer, rollout workers) grows by more than its bound, none holds more open files, and
 neither the trainer nor the writer starts a thread. Before the metric history went to a file
 (2026-11-26) the trainer grew ~7 MB a minute here: +1.7 % measured over a 52 s window, so ~+1.1 % over
-today's 36 s one (its bound is 0.8 %); since then -0.01 to +0.24 % was measured. Ray's own processes are measured by the benchmark: in a run this short its GCS is still filling its store
-of task events (capped: rlrun/sources/ray_instance.py)."""
+today's 36 s one (its bound is 0.8 %); since then -0.01 to +0.24 % was measured. Ray's own processes
+are measured by the benchmark: in a run this short its GCS is still filling its store of task events
+(capped: rlrun/sources/ray_instance.py)."""
 
 from __future__ import annotations
 
