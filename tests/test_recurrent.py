@@ -149,7 +149,8 @@ def test_ppo_lstm_stateless_cartpole_reaches_475_within_200k_steps_and_evaluates
     s = run_summary(p.stdout)
     assert s["stopped"].startswith("rollout/episode_return_mean") and int(s["steps"]) <= 200_000, s
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=10"], cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=10",
+                        "log=false"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"greedy return over 10 episodes: mean ([\d.]+)", p.stdout)
