@@ -33,6 +33,20 @@ def pytest_configure(config):
         os.environ[var] = SUITE_TMP[0]
     tempfile.tempdir = SUITE_TMP[0]
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SUITE_TMP[0], "inductor")
+    if not hasattr(config, "workerinput"):  # the controller, before any worker or test process starts
+        _compile_sources()
+
+
+def _compile_sources() -> None:
+    """Bytecode for rlrun and the tests, once. With ``PYTHONDONTWRITEBYTECODE=1`` (set on this machine)
+    Python writes no ``__pycache__``, so each of the ~370 processes of the suite that import rlrun (runs, Ray
+    workers, MLflow writers, rlrun-eval) compiled its sources again: 2.3 s of CPU to import the trainer's
+    modules against 1.85 s with bytecode present (2026-11-26). Python still reads bytecode it finds, and
+    checks it against the source's mtime and size, so an edited file is compiled afresh, never stale."""
+    import compileall
+
+    for folder in ("rlrun", "tests"):
+        compileall.compile_dir(REPO / folder, quiet=1)
 
 
 # The modules that take longest (seconds of test time, 2026-11-25, two pytest-xdist workers), run first:
