@@ -49,12 +49,14 @@ def _compile_sources() -> None:
         compileall.compile_dir(REPO / folder, quiet=1)
 
 
-# The modules that take longest (seconds of test time, 2026-11-25, two pytest-xdist workers), run first:
-# each module is one unit of work (``xdist_group`` below), handed to the workers in collection order,
-# and the longest first keeps one long module from being the last thing the suite waits for.
-LONGEST_FIRST = ("test_readme", "test_soak", "test_sweep", "test_worker_set", "test_serving", "test_multi_agent",
-                 "test_recurrent", "test_faults", "test_bad_input", "test_learning", "test_offline", "test_cluster",
-                 "test_pending")
+# The modules that take longest (test time on two pytest-xdist workers, 2026-11-26), run first: each
+# module is one unit of work (``xdist_group`` below), handed to the workers in collection order (with
+# ``--no-loadscope-reorder``, pyproject.toml: by default xdist hands them out by their number of tests,
+# and the 1-test soak and 2-test cluster modules ran last, one worker idle beside them for ~100 s), and
+# the longest first keeps one long module from being the last thing the suite waits for.
+LONGEST_FIRST = ("test_readme", "test_serving", "test_worker_set", "test_sweep", "test_recurrent", "test_offline",
+                 "test_learning", "test_multi_agent", "test_bad_input", "test_soak", "test_pending", "test_cluster",
+                 "test_faults", "test_callbacks", "test_runner", "test_cnn")
 
 
 # modules that share a session fixture run on the same worker, so it is built once
