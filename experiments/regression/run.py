@@ -50,10 +50,11 @@ def one(preset: str, seed: int) -> tuple[dict[str, object], list[tuple[float, fl
         t0 = time.perf_counter()
         r = run(cfg)
         wall = time.perf_counter() - t0
+        history = r.history  # read from the run's metric file, which goes with `out`
     m = r.metrics
-    curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in r.history]
-    sampled = [h["time/env_steps_per_s"] for h in r.history[1:]] or [0.0]
-    trained = [h["time/learn_throughput"] for h in r.history[1:]] or [0.0]
+    curve = [(h["timesteps_total"], h["rollout/episode_return_mean"]) for h in history]
+    sampled = [h["time/env_steps_per_s"] for h in history[1:]] or [0.0]
+    trained = [h["time/learn_throughput"] for h in history[1:]] or [0.0]
     row = {"preset": preset, "seed": seed, "target_met": r.target_met,
            "final_return": round(m["rollout/episode_return_mean"], 1), "env_steps": int(m["timesteps_total"]),
            "train_time_s": round(m["time_total_s"], 1), "wall_s": round(wall, 1),
