@@ -6,13 +6,23 @@ import torch
 
 from rlrun import make_trainer
 from rlrun.algos.dqn import DQNState
+from rlrun.algos.sac import ActorCriticState
 from rlrun.core.registry import ALGOS
 from rlrun.sources.plugins import load_builtins
 from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
 
 load_builtins()
 PRESETS = {"pg": "pg_cartpole", "ppo": "ppo_cartpole", "a2c": "a2c_cartpole", "dqn": "dqn_cartpole",
-           "appo": "appo_cartpole", "bc": "bc_cartpole", "marwil": "marwil_cartpole"}
+           "appo": "appo_cartpole", "bc": "bc_cartpole", "marwil": "marwil_cartpole", "sac": "sac_pendulum",
+           "td3": "td3_pendulum"}
+REPLAY = {"dqn": DQNState, "sac": ActorCriticState, "td3": ActorCriticState}
+
+
+def _optimizer_tensors(state):
+    """Every tensor of an optimizer's state: rlrun's Adam, or a SAC/TD3 policy's groups of them."""
+    if "exp_avg_sq" in state:
+        return state["exp_avg_sq"] + state["steps"]
+    return [t for k in sorted(state) for t in _optimizer_tensors(state[k])]
 
 
 def test_every_registered_algorithm_has_a_round_trip_case():
@@ -23,8 +33,8 @@ def test_every_registered_algorithm_has_a_round_trip_case():
 def test_save_restore_round_trip(algo, tmp_path):
     overrides = [f"+experiment={PRESETS[algo]}", "tracking=none", "rollout.num_workers=0",
                  "checkpoint.include_replay=true"]
-    if algo == "dqn":
-        overrides += ["algo.learning_starts=256"]  # learn in the 2 iterations below
+    if algo in REPLAY:
+        overrides += ["algo.learning_starts=64"]  # learn in the 2 iterations below
     if algo in ("bc", "marwil"):  # they train from files: 30 random episodes
         import gymnasium as gym
         from rlrun.offline import EpisodeWriter
@@ -48,20 +58,24 @@ def test_save_restore_round_trip(algo, tmp_path):
     for (ka, va), (kb, vb) in zip(a.policy.model.state_dict().items(), b.policy.model.state_dict().items(),
                                   strict=True):
         assert ka == kb and torch.equal(va, vb)
-    oa, ob = a.policy.optimizer.state_dict(), b.policy.optimizer.state_dict()
-    for x, y in zip(oa["exp_avg_sq"] + oa["steps"], ob["exp_avg_sq"] + ob["steps"], strict=True):
+    ta, tb = _optimizer_tensors(a.policy.optimizer.state_dict()), _optimizer_tensors(b.policy.optimizer.state_dict())
+    assert ta and len(ta) == len(tb)
+    for x, y in zip(ta, tb, strict=True):
         assert torch.equal(x, y)
     assert (a.iteration, a.timesteps_total, a.episodes_total) == (b.iteration, b.timesteps_total, b.episodes_total)
-    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    obs = np.random.default_rng(0).normal(size=(64, *a.policy.observation_space.shape)).astype(np.float32)
     act_a, act_b = a.policy.compute_actions(obs), b.policy.compute_actions(obs)
     np.testing.assert_array_equal(act_a.actions, act_b.actions)  # same weights and same RNG state
     assert a.policy.state.get_state().keys() == b.policy.state.get_state().keys()
-    if algo == "dqn":
-        ra, rb = a.policy.state_as(DQNState).replay, b.policy.state_as(DQNState).replay
-        assert len(rb) == len(ra) > 0
-        np.testing.assert_array_equal(ra.sample(32)["obs"], rb.sample(32)["obs"])
-        ta, tb = a.policy.state_as(DQNState).target_model, b.policy.state_as(DQNState).target_model
-        for x, y in zip(ta.state_dict().values(), tb.state_dict().values(), strict=True):
+    if algo in REPLAY:
+        sa, sb = a.policy.state_as(REPLAY[algo]), b.policy.state_as(REPLAY[algo])
+        assert len(sb.replay) == len(sa.replay) > 0
+        np.testing.assert_array_equal(sa.replay.sample(32)["obs"], sb.replay.sample(32)["obs"])
+        for x, y in zip(sa.target_model.state_dict().values(), sb.target_model.state_dict().values(), strict=True):
             assert torch.equal(x, y)
+    if algo == "sac":  # the learned temperature and the update count (TD3's actor delay) come back too
+        sa, sb = a.policy.state_as(ActorCriticState), b.policy.state_as(ActorCriticState)
+        assert sa.num_updates == sb.num_updates > 0 and torch.equal(sa.log_alpha, sb.log_alpha)
+        assert float(sa.log_alpha) != 0.0  # it learned
     a.stop()
     b.stop()

@@ -26,10 +26,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import gymnasium as gym
+from torch import nn
 
 from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
+from rlrun.core.errors import PluginError
 from rlrun.core.registry import ALGOS, LOSSES, MODELS
 from rlrun.data.batch import SampleBatch
+from rlrun.models.check import check_model_fits
+from rlrun.models.distributions import default_distribution
 from rlrun.policy.policy import (
     DEFAULT_POLICY_ID,
     ActionFn,
@@ -77,6 +81,27 @@ class Algorithm:
     metrics: tuple[str, ...] = ()  # metric names this algorithm reports besides the common ones
     recurrent: bool = False  # its data path carries recurrent state (learns with policy.learn_on_batch on sequences)
     description: str = ""
+    action_spaces: tuple[type[gym.Space], ...] = ()  # the action spaces it can act in; () = any
+    action_dists: tuple[str, ...] = ()  # the action distributions its loss and actions assume; () = any
+    check_model: Callable[[nn.Module], str | None] | None = None  # what its model lacks (a problem), else None
+
+
+def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space,
+                         prefix: str = "") -> None:
+    """Before a run starts: the action space the algorithm acts in, then the model (built once and
+    checked against the spaces), then the action distribution - one line naming the key."""
+    if algo.action_spaces and not isinstance(action_space, algo.action_spaces):
+        kinds = " or ".join(t.__name__ for t in algo.action_spaces)
+        raise PluginError(f"{prefix}algo.name: algo '{algo.name}' needs a {kinds} action space; the env's is "
+                          f"{action_space}")
+    model = check_model_fits(model_cfg, obs_space, action_space)
+    problem = algo.check_model(model) if algo.check_model is not None else None
+    if problem:
+        raise PluginError(f"{prefix}model.name: algo '{algo.name}' needs {problem}; model '{model_cfg.name}' has not")
+    dist = getattr(model_cfg, "action_dist", None) or default_distribution(action_space)
+    if algo.action_dists and dist not in algo.action_dists:
+        raise PluginError(f"{prefix}model.action_dist: algo '{algo.name}' needs {' or '.join(algo.action_dists)}, "
+                          f"got '{dist}'")
 
 
 def register_algorithm(algo: Algorithm, override: bool = False) -> Algorithm:

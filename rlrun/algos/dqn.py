@@ -25,7 +25,7 @@ from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, re
 from rlrun.config.schemas import AlgoConfig, LossConfig
 from rlrun.core.registry import LOSSES, MODELS
 from rlrun.data.batch import SampleBatch as SB
-from rlrun.data.postprocessing import compute_nstep, fragment_ends, piecewise
+from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.replay import ReplayBuffer
 from rlrun.models.base import (
     _ACT_FNS,
@@ -160,17 +160,9 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
 
 
 def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
-    """n-step rewards and discounts, and the observation n steps later (NEXT_OBS stays the next one,
-    so recorded data keeps its meaning)."""
+    """n-step rewards and discounts, and the observation n steps later (``add_nstep``)."""
     cfg = policy.config_as(DQNConfig)
-    res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), cfg.n_step,
-                        cfg.gamma)
-    T, B = fragment[SB.REWARDS].shape
-    rows = np.minimum(np.arange(T)[:, None] + np.maximum(res.offsets, 1) - 1, T - 1)
-    fragment[SB.NSTEP_NEXT_OBS] = fragment[SB.NEXT_OBS][rows, np.arange(B)[None, :]]
-    fragment[SB.NSTEP_REWARDS] = res.rewards
-    fragment[SB.NSTEP_DISCOUNT] = res.discounts
-    return fragment
+    return add_nstep(fragment, cfg.n_step, cfg.gamma)
 
 
 @LOSSES.register(

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import yaml
 
+from rlrun.algos.algorithm import check_algorithm_fits, get_algorithm
 from rlrun.app.run_files import (
     RUN_KEY_META,
     RUN_NAME_META,
@@ -37,7 +38,6 @@ from rlrun.core.history import HISTORY_FILE, MetricHistory, read_results, read_r
 from rlrun.core.metrics import DEFAULT_POLICY_ID, STOP_COUNTERS
 from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
 from rlrun.core.sweep_info import SweepJob
-from rlrun.models.check import check_model_fits
 from rlrun.policy.policy_map import run_spaces
 from rlrun.sources.offline_input import check_input
 from rlrun.sources.plugins import load_plugins
@@ -180,14 +180,21 @@ def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
     return build_config(dict(cfg))
 
 
+def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> None:
+    """Each learned policy's algorithm against its spaces and model (one line, before anything starts)."""
+    for pid, pc in policy_configs(cfg).items():
+        if pc.heuristic is None:
+            sections = policy_sections(cfg, pid)
+            prefix = "" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}."
+            check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
+
+
 def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None) -> _RunContext:
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
     spaces = run_spaces(cfg, probe=True)  # env API mistakes, agents no policy covers: one line, before anything starts
-    for pid, pc in policy_configs(cfg).items():
-        if pc.heuristic is None:
-            check_model_fits(policy_sections(cfg, pid).model, *spaces[pid])
+    _check_policies(cfg, spaces)
     if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
         check_evaluation_data(cfg, spaces[DEFAULT_POLICY_ID][1])  # offline data: single-agent runs (config checks)
     if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards

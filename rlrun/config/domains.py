@@ -87,12 +87,15 @@ DOMAINS: dict[str, Rule] = {
     "sgd_minibatch_size": at_least(1), "lr_schedule": schedule(), "training_intensity": positive,
     "replay_capacity": at_least(1), "learning_starts": non_negative, "target_network_update_freq": at_least(1),
     "n_step": at_least(1), "epsilon": schedule(0.0, 1.0), "vtrace_clip_rho": positive, "vtrace_clip_c": positive,
-    "broadcast_interval": at_least(1),
+    "broadcast_interval": at_least(1), "tau": unit_interval, "critic_lr": positive, "alpha_lr": positive,
+    "initial_alpha": positive, "alpha": positive, "policy_delay": at_least(1), "target_noise": non_negative,
+    "target_noise_clip": non_negative, "exploration_noise": non_negative,
     # losses
     "clip_param": positive, "vf_clip_param": positive, "vf_coeff": non_negative, "entropy_coeff": non_negative,
     "kl_coeff": non_negative, "kl_target": positive, "huber_delta": non_negative,
     # models
-    "hiddens": each(at_least(1)), "init_log_std": between(-20, 5),
+    "hiddens": each(at_least(1)), "init_log_std": between(-20, 5), "critic_hiddens": each(at_least(1)),
+    "num_critics": at_least(1),
     # rollout, ray
     "num_workers": non_negative, "num_envs_per_worker": at_least(1), "rollout_fragment_length": at_least(1),
     "num_cpus_per_worker": positive, "max_worker_restarts": non_negative, "sample_timeout_s": positive,

@@ -56,6 +56,12 @@ def model_parameters(model: Any) -> dict[str, int]:
             out["post_hiddens"] = out.get("post_hiddens", 0) + width * h + h
             width = h
     out["heads"] = 2 * width + 2  # one action output and the value, at least
+    critics = getattr(model, "num_critics", None)  # twin_q_mlp: each critic an MLP of critic_hiddens
+    width = 1
+    for h in getattr(model, "critic_hiddens", None) or []:
+        if isinstance(h, int) and isinstance(critics, int):
+            out["critic_hiddens"] = out.get("critic_hiddens", 0) + critics * (width * h + h)
+            width = h
     return out
 
 

@@ -119,6 +119,19 @@ def compute_nstep(
     return NStepResult(out_r, disc, offsets)
 
 
+def add_nstep(fragment: SB, n_step: int, gamma: float) -> SB:
+    """n-step rewards and discounts, and the observation n steps later, of a time-major fragment
+    with NEXT_OBS (NEXT_OBS stays the next one, so recorded data keeps its meaning). Off-policy
+    algorithms (DQN, SAC, TD3) learn from these columns."""
+    res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), n_step, gamma)
+    T, B = fragment[SB.REWARDS].shape
+    rows = np.minimum(np.arange(T)[:, None] + np.maximum(res.offsets, 1) - 1, T - 1)
+    fragment[SB.NSTEP_NEXT_OBS] = fragment[SB.NEXT_OBS][rows, np.arange(B)[None, :]]
+    fragment[SB.NSTEP_REWARDS] = res.rewards
+    fragment[SB.NSTEP_DISCOUNT] = res.discounts
+    return fragment
+
+
 class VTraceResult(NamedTuple):
     vs: np.ndarray  # [N] V-trace value targets
     pg_advantages: np.ndarray  # [N] rho_t * (r_t + gamma * vs_{t+1} - V(x_t)), the policy-gradient advantages

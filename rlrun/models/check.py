@@ -14,7 +14,7 @@ from rlrun.core.registry import DISTRIBUTIONS, MODELS
 from rlrun.models.distributions import default_distribution
 
 
-def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> None:
+def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
     """Build the configured model once for these spaces and check its output, before a run starts:
     a model config that cannot fit the observations (conv_filters shrinking the image away) or a
     plugin model returning the wrong shapes fails here with one line."""
@@ -22,6 +22,7 @@ def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space:
     num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
     model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
     check_model_output(model, obs_space, model_cfg.name, num_outputs)
+    return model
 
 
 def check_model_output(model: nn.Module, obs_space: gym.Space, name: str, num_outputs: int) -> None:

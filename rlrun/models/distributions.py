@@ -120,6 +120,69 @@ class DiagGaussian(ActionDistribution):
         ).sum(-1)
 
 
+@DISTRIBUTIONS.register("squashed_gaussian")
+class SquashedGaussian(ActionDistribution):
+    """tanh of a diagonal Gaussian (SAC): actions in [-1, 1] per dimension, which the algorithm scales
+    to the action space's bounds. Inputs are ``[B, 2 * action_dim]`` = means, then log standard
+    deviations (clamped to [-20, 2]). ``logp`` includes the tanh correction."""
+
+    name = "squashed_gaussian"
+    LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+    def __init__(self, inputs: torch.Tensor) -> None:
+        super().__init__(inputs)
+        self.mean, log_std = torch.chunk(inputs, 2, dim=-1)
+        self.log_std = log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        self.std = self.log_std.exp()
+
+    @staticmethod
+    def required_inputs(action_space: gym.Space) -> int:
+        assert isinstance(action_space, gym.spaces.Box)
+        return 2 * int(np.prod(action_space.shape))
+
+    def sample_logp(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample (gradients flow to the inputs) and its log-probability."""
+        noise = torch.randn(self.mean.shape, generator=generator)
+        u = self.mean + self.std * noise
+        a = torch.tanh(u)
+        # log N(u) - sum log(1 - tanh(u)^2), the latter as 2 (log 2 - u - softplus(-2u)): stable for large |u|
+        logp = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return a, logp
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.sample_logp(generator)[0]
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        a = actions.clamp(-1.0 + 1e-6, 1.0 - 1e-6)
+        u = torch.atanh(a)
+        z = (u - self.mean) / self.std
+        logp = (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return logp - torch.log1p(-a.pow(2)).sum(-1)
+
+
+@DISTRIBUTIONS.register("deterministic")
+class Deterministic(ActionDistribution):
+    """A deterministic policy (TD3, DDPG): the action is tanh of the inputs, in [-1, 1] per dimension,
+    which the algorithm scales to the bounds; exploration noise is the algorithm's (``algo.*_noise``)."""
+
+    name = "deterministic"
+
+    @staticmethod
+    def required_inputs(action_space: gym.Space) -> int:
+        assert isinstance(action_space, gym.spaces.Box)
+        return int(np.prod(action_space.shape))
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.tanh(self.inputs)
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.tanh(self.inputs)
+
+
 def default_distribution(action_space: gym.Space) -> str:
     """The registry name of the distribution rlrun uses for ``action_space`` by default."""
     if isinstance(action_space, gym.spaces.Discrete):

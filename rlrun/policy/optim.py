@@ -128,8 +128,43 @@ def make_optimizer(name: str, params: Sequence[torch.Tensor], lr: float, eps: fl
     return opt
 
 
+class Groups:
+    """Several optimizers as one, each over its own parameters with its own learning rate (SAC's
+    actor, critics and temperature). A schedule scales every group's rate alike: ``set_lr(lr)``
+    gives group i ``lr * ratios[i]``. A group whose parameters got no gradient does not step."""
+
+    def __init__(self, groups: dict[str, tuple[Optimizer, float]]) -> None:
+        self.groups = {k: opt for k, (opt, _) in groups.items()}
+        self.ratios = {k: r for k, (_, r) in groups.items()}
+
+    def set_lr(self, lr: float) -> None:
+        for k, opt in self.groups.items():
+            set_lr(opt, lr * self.ratios[k])
+
+    def zero_grad(self) -> None:
+        for opt in self.groups.values():
+            opt.zero_grad()
+
+    def step(self) -> None:
+        for opt in self.groups.values():
+            opt.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: opt.state_dict() for k, opt in self.groups.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if set(state) != set(self.groups):
+            raise ValueError(f"optimizer state has groups {sorted(state)}, the policy has {sorted(self.groups)}")
+        for k, opt in self.groups.items():
+            opt.load_state_dict(state[k])
+
+
 def set_lr(optimizer: Optimizer, lr: float) -> None:
-    """Set the learning rate of rlrun's Adam or of every param group of a ``torch.optim`` optimizer."""
+    """Set the learning rate of rlrun's Adam, of every group of ``Groups`` (scaled) or of every param
+    group of a ``torch.optim`` optimizer."""
+    if isinstance(optimizer, Groups):
+        optimizer.set_lr(lr)
+        return
     if isinstance(optimizer, Adam):
         optimizer.lr = lr
         return

@@ -224,10 +224,12 @@ def _check_batch_arithmetic(cfg: RunConfig) -> None:
             f"use {' or '.join(hints)}"
         )
     mb = a.sgd_minibatch_size
-    if mb is not None and not 1 <= mb <= a.train_batch_size:
-        raise ConfigError(
-            f"algo.sgd_minibatch_size: {mb} must be between 1 and algo.train_batch_size={a.train_batch_size}"
-        )
+    # replay-based algorithms (DQN, SAC, TD3) draw minibatches from the buffer, not from the train batch
+    capacity = getattr(a, "replay_capacity", None)
+    bound, name = ((capacity, "replay_capacity") if isinstance(capacity, int)
+                   else (a.train_batch_size, "train_batch_size"))
+    if mb is not None and not 1 <= mb <= bound:
+        raise ConfigError(f"algo.sgd_minibatch_size: {mb} must be between 1 and algo.{name}={bound}")
 
 
 def _check_algo_values(cfg: RunConfig) -> None:

@@ -1,0 +1,280 @@
+"""SAC (Haarnoja et al. 2018, with the automatic temperature of the applications paper): twin Q
+critics with Polyak-averaged targets, a tanh-squashed Gaussian actor, entropy temperature alpha
+learned towards ``target_entropy`` (default -|A|) or fixed (``algo.alpha``).
+
+Dataflow per iteration, as DQN's: sample ``train_batch_size`` env steps (uniformly random actions
+until ``learning_starts``; n-step targets on the worker) -> add them to the replay buffer -> once
+``learning_starts`` rows are stored, ``training_intensity x env steps / sgd_minibatch_size`` updates
+on uniform minibatches. One update is one loss (critic + actor + temperature terms, each reaching
+only its own parameters) and one step of each group's optimizer (``algo.lr`` for the actor,
+``critic_lr``, ``alpha_lr``), then a Polyak step of the target critics - as RLlib's SAC does it.
+
+The off-policy machinery here (replay, target nets, grouped optimizers, the update loop) is TD3's too
+(``rlrun/algos/td3.py``): ``ActorCriticState`` and ``actor_critic_learn``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
+from rlrun.config.schemas import AlgoConfig, LossConfig
+from rlrun.core.errors import PluginError
+from rlrun.core.registry import LOSSES
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.data.postprocessing import add_nstep
+from rlrun.data.replay import ReplayBuffer
+from rlrun.models.distributions import ActionDistribution, SquashedGaussian
+from rlrun.policy.optim import Groups, make_optimizer
+from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
+
+
+@dataclass
+class OffPolicyConfig(AlgoConfig):
+    """What SAC and TD3 share: replay, targets, update ratio."""
+
+    name: str = "sac"
+    lr: float = 3e-4  # the actor's learning rate
+    critic_lr: float | None = None  # None: algo.lr
+    gamma: float = 0.99
+    grad_clip: float | None = None
+    adam_eps: float = 1e-8
+    train_batch_size: int = 64  # env steps sampled per iteration
+    sgd_minibatch_size: int | None = 256  # rows per replay minibatch
+    training_intensity: float = 256.0  # replayed rows trained on per env step (256: one update per step)
+    replay_capacity: int = 1_000_000
+    learning_starts: int = 100  # env steps of uniformly random actions, stored before the first update
+    tau: float = 0.005  # Polyak step of the target networks
+    n_step: int = 1
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    name: str = "sac"
+    target_network_update_freq: int = 1  # updates between Polyak steps of the target critics
+    alpha_lr: float | None = None  # None: algo.lr
+    initial_alpha: float = 1.0
+    alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
+    target_entropy: float | None = None  # None: -(action dimensions)
+
+
+REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+
+
+@dataclass
+class ActorCriticState:
+    """A SAC or TD3 policy's learner state: target networks, replay buffer, temperature, counters."""
+
+    target_model: nn.Module
+    replay: ReplayBuffer
+    log_alpha: torch.Tensor
+    num_updates: int = 0
+
+    def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
+        state: dict[str, Any] = {"target_model": self.target_model.state_dict(), "log_alpha": self.log_alpha.detach(),
+                                 "num_updates": self.num_updates, "replay_rng": self.replay.rng.bit_generator.state}
+        if include_buffers:  # columns as tensors: weights_only loading allows those
+            replay = self.replay.get_state()
+            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
+            state["replay"] = replay
+        return state
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        if not state:
+            return
+        self.target_model.load_state_dict(state["target_model"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.num_updates = int(state["num_updates"])
+        self.replay.rng.bit_generator.state = state["replay_rng"]
+        if "replay" in state:
+            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
+            self.replay.set_state({**state["replay"], "cols": cols})
+
+
+ACTOR_CRITIC_METHODS = ("q", "to_unit", "to_env", "actor_parameters", "critic_parameters")
+
+
+def actor_critic_problem(model: nn.Module) -> str | None:
+    """What a model lacks to serve SAC/TD3 (Algorithm.check_model), else None."""
+    missing = [m for m in ACTOR_CRITIC_METHODS if not callable(getattr(model, m, None))]
+    return f"a model with actor and Q-critics like twin_q_mlp (methods {', '.join(missing)})" if missing else None
+
+
+def _check_model(policy: Policy) -> Any:
+    problem = actor_critic_problem(policy.model)
+    if problem:
+        raise PluginError(f"model.name: algo '{policy.hooks.name}' needs {problem}; model "
+                          f"'{policy.spec.model.name}' has not")
+    return policy.model
+
+
+def actor_critic_state(policy: Policy, learned_alpha: bool = True) -> ActorCriticState:
+    """Target copy of the model, an empty replay buffer; the policy's optimizer becomes one per
+    parameter group (actor, critics, temperature) with its own learning rate."""
+    cfg = policy.config_as(OffPolicyConfig)
+    model = _check_model(policy)
+    initial = getattr(cfg, "initial_alpha", 1.0)
+    log_alpha = torch.tensor(math.log(initial), requires_grad=learned_alpha)
+    opt = cfg.optimizer
+
+    def group(params: list[torch.Tensor], lr: float | None) -> tuple[Any, float]:
+        rate = cfg.lr if lr is None else lr
+        return make_optimizer(opt.name, params, rate, cfg.adam_eps, opt.kwargs), rate / cfg.lr
+
+    groups = {"actor": group(model.actor_parameters(), cfg.lr),
+              "critic": group(model.critic_parameters(), cfg.critic_lr)}
+    if learned_alpha:
+        groups["alpha"] = group([log_alpha], getattr(cfg, "alpha_lr", None))
+    policy.optimizer = Groups(groups)
+    target = copy.deepcopy(policy.model).requires_grad_(False)
+    return ActorCriticState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), log_alpha)
+
+
+def sac_state(policy: Policy) -> LearnerState:
+    return actor_critic_state(policy, learned_alpha=policy.config_as(SACConfig).alpha is None)
+
+
+def off_policy_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB:
+    cfg = policy.config_as(OffPolicyConfig)
+    return add_nstep(fragment, cfg.n_step, cfg.gamma)
+
+
+def _env_actions(policy: Policy, unit: np.ndarray, dist_inputs: np.ndarray) -> ActionOutput:
+    model: Any = policy.model
+    actions = model.to_env(unit).reshape((len(unit), *(policy.action_space.shape or ())))
+    zeros = np.zeros(len(unit), dtype=np.float32)
+    return ActionOutput(actions, zeros, zeros, dist_inputs.astype(np.float32, copy=False))
+
+
+def random_actions(policy: Policy, n: int) -> ActionOutput:
+    """Uniform in the action space's bounds (before ``learning_starts``)."""
+    dims = int(np.prod(policy.action_space.shape or (1,)))
+    unit = policy.np_rng.uniform(-1.0, 1.0, (n, dims)).astype(np.float32)
+    return _env_actions(policy, unit, np.zeros((n, policy.dist_class.required_inputs(policy.action_space)), np.float32))
+
+
+def sac_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
+    """tanh(mean + std * noise) scaled to the bounds; greedy: tanh(mean); uniform before learning starts."""
+    if explore and policy.global_timestep < policy.config_as(SACConfig).learning_starts:
+        return random_actions(policy, len(obs))
+    with torch.inference_mode():
+        di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
+    mean, log_std = np.split(di, 2, axis=-1)
+    u = mean
+    if explore:
+        std = np.exp(np.clip(log_std, SquashedGaussian.LOG_STD_MIN, SquashedGaussian.LOG_STD_MAX))
+        u = mean + std * policy.np_rng.standard_normal(mean.shape, dtype=np.float32)
+    return _env_actions(policy, np.tanh(u), di)
+
+
+def alpha_of(policy: Policy, state: ActorCriticState) -> torch.Tensor:
+    fixed = policy.config_as(SACConfig).alpha
+    return torch.tensor(fixed) if fixed is not None else state.log_alpha.detach().exp()
+
+
+@dataclass
+class SACLossConfig(LossConfig):
+    name: str = "sac"
+
+
+@LOSSES.register(
+    "sac", config=SACLossConfig, requires=REPLAY_COLUMNS,
+    terms=("critic", "actor", "alpha"), stats=("alpha", "q_mean", "target_mean", "entropy"),
+)
+def sac_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch) -> LossOutput:
+    """critic: 0.5 sum_i (Q_i(s, a) - [R_n + gamma^n (min_i Q'_i(s', a') - alpha log pi(a'|s'))])^2,
+    a' ~ pi(s'); actor: alpha log pi(a~|s) - min_i Q_i(s, a~) (critics held fixed); temperature:
+    -log alpha (log pi(a~|s) + target_entropy)."""
+    cfg = policy.config_as(SACConfig)
+    st = policy.state_as(ActorCriticState)
+    m: Any = model
+    alpha = alpha_of(policy, st)
+    with torch.no_grad():
+        next_obs = batch[SB.NSTEP_NEXT_OBS]
+        a2, logp2 = SquashedGaussian(model(next_obs).dist_inputs).sample_logp(policy.generator)
+        target_model: Any = st.target_model
+        q_next = target_model.q(next_obs, a2).min(0).values - alpha * logp2
+        target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
+    obs = batch[SB.OBS]
+    q = m.q(obs, m.to_unit(batch[SB.ACTIONS]))
+    critic = 0.5 * (q - target).pow(2).mean(-1).sum()
+    a, logp = SquashedGaussian(model(obs).dist_inputs).sample_logp(policy.generator)
+    actor = (alpha * logp - m.q(obs, a, detach=True).min(0).values).mean()
+    total = critic + actor
+    alpha_loss = torch.zeros(())
+    if cfg.alpha is None:
+        goal = cfg.target_entropy if cfg.target_entropy is not None else -float(a.shape[-1])
+        alpha_loss = -(st.log_alpha * (logp.detach() + goal)).mean()
+        total = total + alpha_loss
+    return LossOutput(total, {"critic": critic, "actor": actor, "alpha": alpha_loss},
+                      {"alpha": alpha, "q_mean": q.detach().mean(), "target_mean": target.mean(),
+                       "entropy": -logp.detach().mean()})
+
+
+def polyak(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    with torch.no_grad():
+        torch._foreach_lerp_(target, online, tau)
+
+
+def _critic_targets(state: ActorCriticState, model: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    target: Any = state.target_model
+    return list(target.critics.parameters()), [p.detach() for p in model.critic_parameters()]
+
+
+def sac_after_update(policy: Policy, state: ActorCriticState) -> None:
+    """Polyak step of the target critics every ``target_network_update_freq`` updates."""
+    cfg = policy.config_as(SACConfig)
+    if state.num_updates % cfg.target_network_update_freq == 0:
+        polyak(*_critic_targets(state, policy.model), cfg.tau)
+
+
+def replay_updates(policy: Policy, state: ActorCriticState, size: int, steps: int,
+                   after: Callable[[Policy, ActorCriticState], None]) -> Iterator[TorchBatch]:
+    """``steps`` minibatches of ``size`` rows, drawn in one go; after the policy has taken its step
+    on each (the generator resumes then), ``num_updates`` counts it and ``after`` updates targets."""
+    rows = state.replay.sample(size * steps)
+    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
+    for i in range(steps):
+        yield {k: v[i * size : (i + 1) * size] for k, v in tb.items()}
+        state.num_updates += 1
+        after(policy, state)
+
+
+def actor_critic_learn(after: Callable[[Policy, ActorCriticState], None]) -> Callable[..., dict[str, float]]:
+    def learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
+        """Store the batch; once ``learning_starts`` rows are stored, ``training_intensity x len(batch)``
+        replayed rows in minibatches, one update each."""
+        cfg = policy.config_as(OffPolicyConfig)
+        state = policy.state_as(ActorCriticState)
+        state.replay.add(SB({k: batch[k] for k in REPLAY_COLUMNS}))
+        stats: dict[str, float] = {}
+        if len(state.replay) >= cfg.learning_starts:
+            mb = cfg.sgd_minibatch_size or 256
+            steps = max(1, round(cfg.training_intensity * len(batch) / mb))
+            stats = policy.learn_on_minibatches(replay_updates(policy, state, mb, steps, after))
+        stats["train/replay_size"] = float(len(state.replay))
+        stats["train/num_updates"] = float(state.num_updates)
+        return stats
+
+    return learn
+
+
+OFF_POLICY_COLUMNS = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
+
+SAC = register_algorithm(Algorithm(
+    "sac", SACConfig, default_loss="sac", postprocess=off_policy_postprocess, compute_actions=sac_actions,
+    make_state=sac_state, learn=actor_critic_learn(sac_after_update), needs_next_obs=True,
+    provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
+    description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",
+    action_spaces=(gym.spaces.Box,), action_dists=("squashed_gaussian",), check_model=actor_critic_problem,
+))

@@ -1,0 +1,117 @@
+"""TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor and target
+updates; a deterministic tanh actor explores with Gaussian noise. DDPG (Lillicrap et al. 2016) is its
+plain case, by config: ``model.num_critics: 1``, ``algo.policy_delay: 1``, ``algo.target_noise: 0``
+(the ``ddpg`` algo file sets them).
+
+Replay, targets, grouped optimizers and the update loop are SAC's (``rlrun/algos/sac.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlrun.algos.algorithm import Algorithm, register_algorithm
+from rlrun.algos.sac import (
+    OFF_POLICY_COLUMNS,
+    REPLAY_COLUMNS,
+    ActorCriticState,
+    OffPolicyConfig,
+    _critic_targets,
+    _env_actions,
+    actor_critic_learn,
+    actor_critic_problem,
+    actor_critic_state,
+    off_policy_postprocess,
+    polyak,
+    random_actions,
+)
+from rlrun.config.schemas import LossConfig
+from rlrun.core.registry import LOSSES
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.models.distributions import ActionDistribution
+from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
+
+
+@dataclass
+class TD3Config(OffPolicyConfig):
+    name: str = "td3"
+    lr: float = 1e-3
+    learning_starts: int = 10_000
+    policy_delay: int = 2  # critic updates per actor (and target) update
+    target_noise: float = 0.2  # std of the smoothing noise on the target action ([-1, 1] scale); 0: none
+    target_noise_clip: float = 0.5
+    exploration_noise: float = 0.1  # std of the Gaussian noise on the acting action ([-1, 1] scale)
+
+
+def td3_state(policy: Policy) -> LearnerState:
+    return actor_critic_state(policy, learned_alpha=False)
+
+
+def td3_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
+    """tanh(actor(obs)) plus clipped Gaussian noise when exploring, scaled to the bounds."""
+    cfg = policy.config_as(TD3Config)
+    if explore and policy.global_timestep < cfg.learning_starts:
+        return random_actions(policy, len(obs))
+    with torch.inference_mode():
+        di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
+    a = np.tanh(di)
+    if explore and cfg.exploration_noise > 0:
+        a = np.clip(a + cfg.exploration_noise * policy.np_rng.standard_normal(a.shape, dtype=np.float32), -1.0, 1.0)
+    return _env_actions(policy, a, di)
+
+
+@dataclass
+class TD3LossConfig(LossConfig):
+    name: str = "td3"
+
+
+@LOSSES.register("td3", config=TD3LossConfig, requires=REPLAY_COLUMNS, terms=("critic", "actor"),
+                 stats=("q_mean", "target_mean"))
+def td3_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch) -> LossOutput:
+    """critic: sum_i (Q_i(s, a) - [R_n + gamma^n min_i Q'_i(s', clip(pi'(s') + clip(noise)))])^2;
+    actor, every ``policy_delay``-th update: -Q_1(s, pi(s)) (critics held fixed)."""
+    cfg = policy.config_as(TD3Config)
+    st = policy.state_as(ActorCriticState)
+    m: Any = model
+    target_model: Any = st.target_model
+    with torch.no_grad():
+        next_obs = batch[SB.NSTEP_NEXT_OBS]
+        a2 = torch.tanh(target_model(next_obs).dist_inputs)
+        if cfg.target_noise > 0:
+            noise = torch.randn(a2.shape, generator=policy.generator) * cfg.target_noise
+            a2 = (a2 + noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1.0, 1.0)
+        target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * target_model.q(next_obs, a2).min(0).values
+    obs = batch[SB.OBS]
+    q = m.q(obs, m.to_unit(batch[SB.ACTIONS]))
+    critic = (q - target).pow(2).mean(-1).sum()
+    total, terms = critic, {"critic": critic}
+    if st.num_updates % cfg.policy_delay == 0:
+        actor = -m.q(obs, torch.tanh(model(obs).dist_inputs), detach=True)[0].mean()
+        total, terms["actor"] = total + actor, actor
+    return LossOutput(total, terms, {"q_mean": q.detach().mean(), "target_mean": target.mean()})
+
+
+def td3_after_update(policy: Policy, state: ActorCriticState) -> None:
+    """After each actor update (every ``policy_delay``-th): Polyak steps of the target actor and critics."""
+    cfg = policy.config_as(TD3Config)
+    if (state.num_updates - 1) % cfg.policy_delay == 0:  # the update just taken moved the actor
+        model: Any = policy.model
+        target: Any = state.target_model
+        t_critic, o_critic = _critic_targets(state, model)
+        t_actor = [*target.actor.parameters(), *target.head.parameters()]
+        polyak([*t_actor, *t_critic], [*(p.detach() for p in model.actor_parameters()), *o_critic], cfg.tau)
+
+
+TD3 = register_algorithm(Algorithm(
+    "td3", TD3Config, default_loss="td3", postprocess=off_policy_postprocess, compute_actions=td3_actions,
+    make_state=td3_state, learn=actor_critic_learn(td3_after_update), needs_next_obs=True,
+    provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
+    description="TD3 (and DDPG by config): deterministic actor, clipped double Q, delayed updates",
+    action_spaces=(gym.spaces.Box,), action_dists=("deterministic",), check_model=actor_critic_problem,
+))

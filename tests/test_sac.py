@@ -1,0 +1,165 @@
+"""SAC, TD3 and DDPG: the squashed Gaussian, the stacked critics, which parameters each loss term
+reaches, TD3's delayed actor and target updates, acting within the bounds, and bad set-ups refused."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
+from rlrun.algos.sac import ActorCriticState, sac_loss
+from rlrun.algos.td3 import td3_loss
+from rlrun.app.cli import compose
+from rlrun.app.runner import run
+from rlrun.core.registry import MODELS
+from rlrun.data.batch import SampleBatch as SB
+from rlrun.models.distributions import SquashedGaussian
+from rlrun.sources.plugins import load_builtins
+
+load_builtins()
+OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+
+
+def _policy(algo="sac", algo_keys=None, **model):
+    cfg = MODELS.entry("twin_q_mlp").config_cls(hiddens=[32, 32], critic_hiddens=[32, 32], **model)
+    if algo == "td3":
+        cfg.action_dist = "deterministic"
+    algo_config = get_algorithm(algo).config_cls(**(algo_keys or {}))
+    return make_policy(algo, OBS, ACT, model_config=cfg, algo_config=algo_config, seed=3)
+
+
+def _batch(n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return SB({SB.OBS: rng.standard_normal((n, 3)).astype(np.float32),
+               SB.ACTIONS: rng.uniform(ACT.low, ACT.high, (n, 2)).astype(np.float32),
+               SB.NSTEP_NEXT_OBS: rng.standard_normal((n, 3)).astype(np.float32),
+               SB.NSTEP_REWARDS: rng.standard_normal(n).astype(np.float32),
+               SB.NSTEP_DISCOUNT: np.full(n, 0.99, np.float32)})
+
+
+def test_squashed_gaussian_logp_matches_torchs_tanh_transformed_normal():
+    torch.manual_seed(0)
+    inputs = torch.randn(500, 4) * 0.7
+    d = SquashedGaussian(inputs)
+    a, logp = d.sample_logp(torch.Generator().manual_seed(1))
+    ref = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(d.mean, d.std), [torch.distributions.TanhTransform()])
+    keep = a.abs().max(-1).values < 0.999  # atanh is ill-conditioned at the edges
+    assert keep.sum() > 400 and (a.abs() <= 1).all()
+    torch.testing.assert_close(logp[keep], ref.log_prob(a).sum(-1)[keep], rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(d.logp(a)[keep], logp[keep], rtol=1e-4, atol=1e-3)
+    assert torch.equal(d.deterministic_sample(), torch.tanh(d.mean))
+
+
+def test_the_stacked_critics_compute_what_separate_mlps_would():
+    p = _policy(num_critics=3)
+    m = p.model
+    obs, act = torch.randn(16, 3), torch.rand(16, 2) * 2 - 1
+    q = m.q(obs, act)
+    assert q.shape == (3, 16)
+    x = torch.cat([obs, act], -1)
+    for c in range(3):
+        h = x
+        for i, (w, b) in enumerate(zip(m.critics.weights, m.critics.biases, strict=True)):
+            h = F.linear(h, w[c].T, b[c, 0])
+            h = torch.relu(h) if i < len(m.critics.weights) - 1 else h
+        torch.testing.assert_close(q[c], h.squeeze(-1))
+    # detach: the critics' weights are constants, the actions still get gradients
+    act.requires_grad_(True)
+    m.q(obs, act, detach=True).sum().backward()
+    assert act.grad is not None and act.grad.abs().sum() > 0
+    assert all(w.grad is None for w in m.critic_parameters())
+
+
+def _grads(params):
+    return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in params]
+
+
+def test_each_sac_loss_term_reaches_only_its_own_parameters():
+    p = _policy()
+    st = p.state_as(ActorCriticState)
+    tb = {k: torch.from_numpy(v) for k, v in _batch().items()}
+    for term, actor, critic, alpha in (("critic", False, True, False), ("actor", True, False, False),
+                                       ("alpha", False, False, True)):
+        p.optimizer.zero_grad()
+        st.log_alpha.grad = None
+        out = sac_loss(p, p.model, p.dist_class, tb)
+        out.terms[term].backward()
+        assert all(_grads(p.model.actor_parameters())) == actor, term
+        assert any(_grads(p.model.critic_parameters())) == critic, term
+        assert (st.log_alpha.grad is not None and float(st.log_alpha.grad) != 0) == alpha, term
+    assert set(out.stats) == {"alpha", "q_mean", "target_mean", "entropy"}
+
+
+def test_sac_learns_with_its_own_rate_per_group_and_moves_the_target_critics_by_tau():
+    p = _policy(algo_keys={"learning_starts": 0, "critic_lr": 1e-3, "alpha_lr": 1e-2})  # algo.lr 3e-4: the actor's
+    st = p.state_as(ActorCriticState)
+    p.optimizer.set_lr(p.config.lr)  # the Policy sets it before every learning round
+    rates = {k: g.lr for k, g in p.optimizer.groups.items()}
+    assert rates == pytest.approx({"actor": 3e-4, "critic": 1e-3, "alpha": 1e-2})
+    online0 = [t.clone() for t in p.model.critic_parameters()]
+    target0 = [t.clone() for t in st.target_model.critics.parameters()]
+    stats = get_algorithm("sac").learn(p, _batch(1), LearnContext(1, 0))  # 256 rows per env step: one update
+    assert stats["train/num_updates"] == 1 and st.num_updates == 1
+    for t0, t1, o1 in zip(target0, st.target_model.critics.parameters(), p.model.critic_parameters(), strict=True):
+        torch.testing.assert_close(t1, t0 + 0.005 * (o1 - t0))
+    assert any(not torch.equal(a, b) for a, b in zip(online0, p.model.critic_parameters(), strict=True))
+    assert float(st.log_alpha) != 0.0 and {"train/loss/critic", "train/loss/actor", "train/alpha"} <= set(stats)
+
+
+def test_td3_moves_the_actor_and_the_targets_every_policy_delay_th_update():
+    p = _policy("td3")
+    p.config.learning_starts = 0
+    p.config.policy_delay = 2
+    st = p.state_as(ActorCriticState)
+    tb = {k: torch.from_numpy(v) for k, v in _batch().items()}
+    assert "actor" in td3_loss(p, p.model, p.dist_class, tb).terms  # update 0 moves the actor
+    moved = []
+    for i in range(4):
+        actor0 = [t.clone() for t in p.model.actor_parameters()]
+        target0 = [t.clone() for t in st.target_model.parameters()]
+        get_algorithm("td3").learn(p, _batch(1, seed=i), LearnContext(i + 1, i))
+        moved.append((any(not torch.equal(a, b) for a, b in zip(actor0, p.model.actor_parameters(), strict=True)),
+                      any(not torch.equal(a, b) for a, b in zip(target0, st.target_model.parameters(), strict=True))))
+    assert moved == [(True, True), (False, False), (True, True), (False, False)]
+    assert st.num_updates == 4
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_actions_stay_within_the_bounds_random_before_learning_starts_greedy_is_deterministic(algo):
+    p = _policy(algo)
+    obs = np.random.default_rng(0).standard_normal((500, 3)).astype(np.float32)
+    p.global_timestep = 0
+    random = p.compute_actions(obs).actions
+    assert random.shape == (500, 2) and (random >= ACT.low).all() and (random <= ACT.high).all()
+    assert random.std(0) == pytest.approx((ACT.high - ACT.low) / np.sqrt(12), rel=0.15)  # uniform
+    p.global_timestep = 10**9
+    explore, greedy = p.compute_actions(obs).actions, p.compute_actions(obs, explore=False).actions
+    assert (explore >= ACT.low).all() and (explore <= ACT.high).all()
+    np.testing.assert_array_equal(greedy, p.compute_actions(obs, explore=False).actions)
+    assert not np.array_equal(explore, greedy)
+
+
+def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
+    cfg = compose(["+experiment=ddpg_pendulum", "tracking=none", "progress=false", f"output_dir={tmp_path}",
+                   "algo.learning_starts=128", "stop.timesteps_total=256", "evaluation.interval=0"])
+    # 64 env steps an iteration: the second stores 128 rows and makes 64 updates, as do the third and fourth
+    assert (cfg.algo.name, cfg.model.num_critics, cfg.algo.policy_delay, cfg.algo.target_noise) == ("td3", 1, 1, 0)
+    r = run(cfg, launch_dir=tmp_path)
+    assert r.metrics["train/num_updates"] == 192 and np.isfinite(r.metrics["train/loss/actor"])
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["env=cartpole"], "algo 'sac' needs a Box action space"),
+    (["model=mlp"], "needs a model with actor and Q-critics"),
+    (["model.action_dist=diag_gaussian"], "model.action_dist: algo 'sac' needs squashed_gaussian"),
+    (["algo.tau=1.5"], "algo.tau: 1.5"),
+    (["model.num_critics=0"], "model.num_critics: 0"),
+])
+def test_bad_sac_set_ups_get_one_line(overrides, says, refuse):
+    p = refuse("+experiment=sac_pendulum", "tracking=none", *overrides)
+    assert p.returncode == 2, p.stderr[-2000:]
+    line = p.stderr.strip().splitlines()[-1]
+    assert says in line and len(p.stderr.strip().splitlines()) == 1, p.stderr
