@@ -54,9 +54,9 @@ def _compile_sources() -> None:
 # ``--no-loadscope-reorder``, pyproject.toml: by default xdist hands them out by their number of tests,
 # and the 1-test soak and 2-test cluster modules ran last, one worker idle beside them for ~100 s), and
 # the longest first keeps one long module from being the last thing the suite waits for.
-LONGEST_FIRST = ("test_readme", "test_serving", "test_worker_set", "test_sweep", "test_recurrent", "test_offline",
-                 "test_learning", "test_multi_agent", "test_bad_input", "test_soak", "test_pending", "test_cluster",
-                 "test_faults", "test_callbacks", "test_runner", "test_cnn")
+LONGEST_FIRST = ("test_readme", "test_learning_continuous", "test_serving", "test_worker_set", "test_sweep",
+                 "test_recurrent", "test_offline", "test_learning", "test_multi_agent", "test_bad_input", "test_soak",
+                 "test_pending", "test_cluster", "test_faults", "test_callbacks", "test_runner", "test_cnn")
 
 
 # modules that share a session fixture run on the same worker, so it is built once

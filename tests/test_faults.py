@@ -147,3 +147,28 @@ def test_a_refused_resume_leaves_the_original_run_exactly_as_it_was(tmp_path):
     assert after.data.tags == before.data.tags
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         assert db.execute("select count(*) from metrics").fetchone()[0] == rows_before
+
+
+def test_a_sac_run_killed_by_sigkill_resumes_its_mlflow_run_with_no_duplicate_steps(tmp_path):
+    # small nets and a tiny learning rate: updates, replay and temperature run, the return stays far from the target
+    sac = ["+experiment=sac_pendulum", "model.hiddens=[32,32]", "model.critic_hiddens=[32,32]", "algo.lr=1e-6",
+           "checkpoint.every_n_iters=5", "checkpoint.include_replay=true"]
+    proc = _start([*sac, "stop.timesteps_total=3000000", "progress=false"], tmp_path)
+    _wait_for_checkpoint(tmp_path, proc)
+    time.sleep(1.0)
+    proc.kill()  # SIGKILL: no final checkpoint, no final status
+    proc.wait(timeout=30)
+    newest = sorted(tmp_path.glob("outputs/*/*/checkpoints/iter_*/history.jsonl"))[-1]
+    covered = {int(json.loads(line)["_step"]) for line in newest.read_text().splitlines()}
+    p = subprocess.run(rlrun_cmd(*sac, "stop.timesteps_total=null", "stop.training_iteration=1", "resume=latest"),
+                       cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    client, runs = _runs(tmp_path, "sac_pendulum")
+    assert [r.info.status for r in runs] == ["FINISHED"], "one run, continued and finished"
+    run_id = runs[0].info.run_id
+    assert f"run '{runs[0].info.run_name}'" in p.stdout, p.stdout[-2000:]
+    for metric in ("timesteps_total", "rollout/episode_return_mean", "train/loss/critic", "train/alpha"):
+        steps = [m.step for m in client.get_metric_history(run_id, metric)]
+        assert steps and steps == sorted(set(steps)), f"{metric}: repeated or unordered steps"
+    steps = {m.step for m in client.get_metric_history(run_id, "timesteps_total")}
+    assert covered <= steps and max(steps) > max(covered), "the checkpointed iterations and the one after them"

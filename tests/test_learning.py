@@ -77,3 +77,4 @@ def test_ppo_pendulum_reaches_minus_250_within_500k_steps(tmp_path):
 def test_appo_runs_synchronously_without_workers(tmp_path):
     r = _one_seed(tmp_path, "+experiment=appo_cartpole", "rollout.num_workers=0", "stop.training_iteration=5")
     assert r.metrics["training_iteration"] == 5 and r.metrics["train/mean_rho"] == pytest.approx(1.0, abs=1e-3)
+

@@ -1,6 +1,8 @@
 """SAC, TD3 and DDPG: the squashed Gaussian, the stacked critics, which parameters each loss term
 reaches, TD3's delayed actor and target updates, acting within the bounds, and bad set-ups refused."""
 
+import os
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,6 +18,8 @@ from rlrun.core.registry import MODELS
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.sources.plugins import load_builtins
+
+from .conftest import REPO, run_cli
 
 load_builtins()
 OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
@@ -163,3 +167,16 @@ def test_bad_sac_set_ups_get_one_line(overrides, says, refuse):
     assert p.returncode == 2, p.stderr[-2000:]
     line = p.stderr.strip().splitlines()[-1]
     assert says in line and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_mujoco_env_without_mujoco_installed_names_the_extra(tmp_path):
+    blocked = tmp_path / "blocked" / "mujoco"  # an import of mujoco fails, as where the extra is not installed
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError(\"No module named 'mujoco'\")\n")
+    p = run_cli(["+experiment=sac_inverted_pendulum", "tracking=none"], tmp_path,
+                env={"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"})
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rlrun: error: env.id: InvertedPendulum-v5 is a MuJoCo env"), lines
+    assert 'pip install -e ".[mujoco]"' in lines[0]
+    assert not (tmp_path / "mlflow.db").exists()  # refused before anything started

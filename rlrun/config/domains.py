@@ -104,7 +104,7 @@ DOMAINS: dict[str, Rule] = {
     "port": between(0, 65535), "max_clients": at_least(1), "max_episodes": at_least(1),
     "episode_timeout_s": positive, "max_request_bytes": at_least(1024), "finish_grace_s": non_negative,
     # run
-    "seed": between(0, MAX_SEED), "torch_threads": at_least(1),
+    "seed": between(0, MAX_SEED), "torch_threads": at_least(1), "metrics_num_episodes_for_smoothing": at_least(1),
     "every_n_iters": non_negative, "keep_last": at_least(1), "interval": non_negative, "num_episodes": at_least(1),
     "num_envs": at_least(1),
 }

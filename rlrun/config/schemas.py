@@ -171,6 +171,8 @@ class RunConfig:
     callbacks: list[str] = field(default_factory=list)  # registered Callbacks (sources/callbacks.py), in order
     output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
     torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
+    # rollout/episode_* are over this many of the latest completed episodes (RLlib's key)
+    metrics_num_episodes_for_smoothing: int = 100
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
     resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"

@@ -38,7 +38,7 @@ POLICY_METRICS = ("train/loss/total", "train/grad_norm", "train/lr", "train/num_
 EVAL_METRICS = ("eval/episode_return_mean", "eval/episode_return_min", "eval/episode_return_max",
                 "eval/episode_len_mean", "eval/num_episodes")
 OFFLINE_METRICS = ("offline/rows_read", "offline/passes")  # rows read from input files; full passes over them
-EPISODE_WINDOW = 100  # rollout/episode_* are over the last 100 completed episodes
+EPISODE_WINDOW = 100  # default of metrics_num_episodes_for_smoothing: rollout/episode_* over the last 100 episodes
 
 
 # multi-agent runs: per policy, over the episodes of the agents it acts for

@@ -176,6 +176,14 @@ def _single_only(specs: Sequence[Any]) -> str:
     return f"{s.key}: wrapper '{s.name}'"
 
 
+def _needs_mujoco(env_id: str, e: Exception) -> bool:
+    """``env_id`` is one of gymnasium's MuJoCo envs, and making it failed for want of a module."""
+    if not isinstance(e, ImportError | gym.error.DependencyNotInstalled):
+        return False
+    spec = gym.envs.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+
+
 def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str = "auto", steps: int = 3,
               wrappers: Sequence[Any] = ()) -> tuple[gym.Space, gym.Space]:
     """Build one copy of the env, reset it and take a few random steps, checking the gymnasium API
@@ -187,6 +195,9 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
     except RegistryError:
         raise
     except Exception as e:
+        if _needs_mujoco(env_id, e):
+            raise PluginError(f"env.id: {env_id} is a MuJoCo env, and MuJoCo is not installed here ({one_line(e)}); "
+                              "install rlrun's mujoco extra: pip install -e \".[mujoco]\"") from None
         what = "env.wrappers" if wrappers else "env.id"
         raise PluginError(f"{what}: creating {env_id} with {kwargs or {}}{' and its wrappers' if wrappers else ''} "
                           f"failed: {one_line(e)}") from None

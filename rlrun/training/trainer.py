@@ -24,7 +24,7 @@ import torch
 from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.config.multi_agent import policies_to_train
 from rlrun.config.schemas import RunConfig
-from rlrun.core.metrics import DEFAULT_POLICY_ID, EPISODE_WINDOW, mean_min_max, per_policy
+from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max, per_policy
 from rlrun.policy.policy import Policy, PolicyMap
 from rlrun.sources.callbacks import CallbackList, custom_metric_summary
 from rlrun.sources.offline_input import Experience
@@ -55,10 +55,11 @@ class Trainer:
         self.timesteps_total = 0
         self.episodes_total = 0
         self.time_total_s = 0.0
-        self._returns: deque[float] = deque(maxlen=EPISODE_WINDOW)
-        self._lengths: deque[int] = deque(maxlen=EPISODE_WINDOW)
+        self.window = cfg.metrics_num_episodes_for_smoothing  # rollout/episode_* are over this many episodes
+        self._returns: deque[float] = deque(maxlen=self.window)
+        self._lengths: deque[int] = deque(maxlen=self.window)
         # per named policy (the default policy's episodes are the run's own rollout/episode_*)
-        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=EPISODE_WINDOW) for pid in self.policies
+        self._policy_returns: dict[str, deque[float]] = {pid: deque(maxlen=self.window) for pid in self.policies
                                                          if pid != DEFAULT_POLICY_ID}
         self.hooks: list[IterationHook] = build_hooks(self)  # evaluation, off-policy estimates, callbacks, ...
 
@@ -209,11 +210,11 @@ class Trainer:
         self.timesteps_total = int(c["timesteps_total"])
         self.episodes_total = int(c["episodes_total"])
         self.time_total_s = float(c["time_total_s"])
-        self._returns = deque(state["episodes"]["returns"], maxlen=EPISODE_WINDOW)
-        self._lengths = deque(state["episodes"]["lengths"], maxlen=EPISODE_WINDOW)
+        self._returns = deque(state["episodes"]["returns"], maxlen=self.window)
+        self._lengths = deque(state["episodes"]["lengths"], maxlen=self.window)
         for pid, returns in state["episodes"].get("policy_returns", {}).items():
             if pid in self._policy_returns:  # earlier checkpoints kept the default policy's too
-                self._policy_returns[pid] = deque(returns, maxlen=EPISODE_WINDOW)
+                self._policy_returns[pid] = deque(returns, maxlen=self.window)
         torch.set_rng_state(state["rng"]["torch"])
         self.workers.sync_weights(self.timesteps_total)
 
