@@ -132,3 +132,18 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
         a.path for a in client.list_artifacts(run.info.run_id, f"checkpoints/{local.parent.name}")}
     first = min(m.timestamp for m in client.get_metric_history(run.info.run_id, "timesteps_total"))
     assert run.info.start_time <= first  # the run's duration covers its training
+
+
+
+def test_the_training_return_is_over_metrics_num_episodes_for_smoothing_episodes():
+    from rlrun import make_trainer
+
+    results = {}
+    for window in (1, 100):
+        t = make_trainer(["+experiment=ppo_cartpole", "tracking=none", f"metrics_num_episodes_for_smoothing={window}"])
+        results[window] = t.train()
+        t.stop()
+    one, hundred = results[1], results[100]
+    assert one["rollout/episode_return_min"] == one["rollout/episode_return_mean"] == one["rollout/episode_return_max"]
+    assert hundred["rollout/episode_return_min"] < hundred["rollout/episode_return_max"]  # same episodes, many of them
+    assert one["rollout/episodes_this_iter"] == hundred["rollout/episodes_this_iter"] > 1
