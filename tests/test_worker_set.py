@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
@@ -256,6 +257,33 @@ def test_remote_workers_follow_the_learners_schedules(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     learner = int(p.stdout.split("learner ")[1].split()[0])
     assert learner >= 3 * 256 and f"workers [{learner}, {learner}]" in p.stdout, p.stdout
+
+
+@pytest.mark.ray
+def test_sac_trains_on_ray_workers_with_sub_envs_and_the_workers_act_with_the_learners_weights(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np, ray
+        from rlrun import make_trainer
+        t = make_trainer(["+experiment=sac_pendulum", "rollout=ray", "rollout.num_workers=2",
+                          "rollout.num_envs_per_worker=2", "algo.train_batch_size=128", "algo.learning_starts=256",
+                          "model.hiddens=[32,32]", "model.critic_hiddens=[32,32]", "tracking=none"])
+        for _ in range(4):
+            r = t.train()
+        t.workers.sync_weights()
+        obs = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+        mine = t.policy.compute_actions(obs, explore=False).actions
+        theirs = ray.get([w.__ray_call__.remote(lambda self, o: self.policy.compute_actions(o, explore=False).actions,
+                                                 obs) for w in t.workers._remote.values()])
+        print("updates", r["train/num_updates"], "loss", r["train/loss/critic"],
+              "same", all(np.array_equal(mine, a) for a in theirs))
+        t.stop()
+    """)
+    p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=tmp_path, capture_output=True, text=True,
+                       env=ENV, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    # 4 iterations of 128 env steps (2 workers x 2 sub-envs x 32): the buffer reaches 256 in the second
+    assert "updates 384.0" in p.stdout and "same True" in p.stdout, p.stdout
+    assert np.isfinite(float(p.stdout.split("loss ")[1].split()[0]))
 
 
 @pytest.mark.ray
