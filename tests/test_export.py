@@ -70,6 +70,25 @@ def test_continuous_actions_are_clipped_to_the_box(tmp_path):
     assert actions.min() >= -2.0 and actions.max() <= 2.0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["sac_pendulum", "td3_pendulum"])
+def test_sac_and_td3_models_act_as_their_policies_do_scaled_to_the_bounds(preset, tmp_path):
+    # a directory name of its own: MLflow caches one SQLite engine per URI in this process, and pytest
+    # reuses a passed test's tmp_path name for the next parameter
+    tmp_path = tmp_path / preset
+    tmp_path.mkdir()
+    # learning from the second iteration: the actor is no longer its initialisation
+    r = _train(tmp_path, f"+experiment={preset}", "algo.learning_starts=64", "stop.training_iteration=3",
+               "model.hiddens=[32,32]", "model.critic_hiddens=[32,32]", "evaluation.interval=0")
+    model = _load_model(tmp_path, r.run_id)
+    obs = np.random.default_rng(0).normal(scale=3, size=(64, 3)).astype(np.float32)
+    actions = np.asarray(model.predict(obs))
+    policy = load_policy(r.checkpoint_dir, tmp_path).policy
+    np.testing.assert_allclose(actions, policy.compute_actions(obs, explore=False).actions, rtol=1e-5, atol=1e-5)
+    assert actions.shape == (64, 1) and -2.0 <= actions.min() < actions.max() <= 2.0
+    assert actions.max() - actions.min() > 0.01  # not all at one bound
+
+
 def test_log_model_false_logs_no_model(tmp_path):
     r = _train(tmp_path, "+experiment=ppo_cartpole", "stop.training_iteration=1", "tracking.log_model=false")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

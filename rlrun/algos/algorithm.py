@@ -21,6 +21,7 @@ Adding an algorithm = one module with its config, loss, postprocess function and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -84,6 +85,7 @@ class Algorithm:
     action_spaces: tuple[type[gym.Space], ...] = ()  # the action spaces it can act in; () = any
     action_dists: tuple[str, ...] = ()  # the action distributions its loss and actions assume; () = any
     check_model: Callable[[nn.Module], str | None] | None = None  # what its model lacks (a problem), else None
+    default_model: str = "mlp"  # the model make_policy builds when given none
 
 
 def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space,
@@ -127,7 +129,10 @@ def make_policy(algo: str | Algorithm, obs_space: gym.Space, action_space: gym.S
     algorithm = algo if isinstance(algo, Algorithm) else get_algorithm(algo)
     algo_config = algo_config or algorithm.config_cls()
     loss_config = loss_config or (LOSSES.entry(algorithm.default_loss).config_cls or LossConfig)()
-    model_config = model_config or (MODELS.entry("mlp").config_cls or ModelConfig)()
+    if model_config is None:
+        model_config = (MODELS.entry(algorithm.default_model).config_cls or ModelConfig)()
+        if algorithm.action_dists and getattr(model_config, "action_dist", None) not in algorithm.action_dists:
+            model_config = dataclasses.replace(model_config, action_dist=algorithm.action_dists[0])
     fn = loss_fn or LOSSES.get(loss_config.name, "loss.name")
     spec = PolicySpec(obs_space, action_space, algo_config, loss_config, model_config, seed)
     return Policy(spec, algorithm, fn, policy_id)

@@ -277,4 +277,5 @@ SAC = register_algorithm(Algorithm(
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",
     action_spaces=(gym.spaces.Box,), action_dists=("squashed_gaussian",), check_model=actor_critic_problem,
+    default_model="twin_q_mlp",
 ))

@@ -114,4 +114,5 @@ TD3 = register_algorithm(Algorithm(
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="TD3 (and DDPG by config): deterministic actor, clipped double Q, delayed updates",
     action_spaces=(gym.spaces.Box,), action_dists=("deterministic",), check_model=actor_critic_problem,
+    default_model="twin_q_mlp",
 ))

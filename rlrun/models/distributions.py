@@ -22,6 +22,8 @@ class ActionDistribution:
     """Interface. ``inputs``: ``[B, required_inputs(space)]`` tensor from the model."""
 
     name: ClassVar[str] = "base"
+    # True: actions come out in [-1, 1] per dimension, and whoever acts scales them to the Box's bounds
+    unit_actions: ClassVar[bool] = False
 
     def __init__(self, inputs: torch.Tensor) -> None:
         self.inputs = inputs
@@ -127,6 +129,7 @@ class SquashedGaussian(ActionDistribution):
     deviations (clamped to [-20, 2]). ``logp`` includes the tanh correction."""
 
     name = "squashed_gaussian"
+    unit_actions = True
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
     def __init__(self, inputs: torch.Tensor) -> None:
@@ -170,6 +173,7 @@ class Deterministic(ActionDistribution):
     which the algorithm scales to the bounds; exploration noise is the algorithm's (``algo.*_noise``)."""
 
     name = "deterministic"
+    unit_actions = True
 
     @staticmethod
     def required_inputs(action_space: gym.Space) -> int:

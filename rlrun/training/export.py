@@ -103,9 +103,16 @@ class GreedyActor(nn.Module):
         if self.filtered:
             obs = torch.clamp((obs.float() - self.obs_mean) * self.obs_inv_std, -self.obs_clip, self.obs_clip)
         actions = self.dist_class(self.model(obs).dist_inputs).deterministic_sample()
-        if self.bounds is not None:
-            actions = torch.clamp(actions, *self.bounds)
-        return actions
+        return self._to_bounds(actions)
+
+    def _to_bounds(self, actions: torch.Tensor) -> torch.Tensor:
+        """Clip to a Box's bounds; a distribution's [-1, 1] actions (SAC, TD3) are scaled onto them."""
+        if self.bounds is None:
+            return actions
+        low, high = self.bounds
+        if self.dist_class.unit_actions:
+            actions = low + (actions.reshape(-1, *low.shape) + 1.0) * 0.5 * (high - low)
+        return torch.clamp(actions, low, high)
 
 
 class RecurrentGreedyActor(GreedyActor):
