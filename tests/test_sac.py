@@ -66,9 +66,10 @@ def test_the_stacked_critics_compute_what_separate_mlps_would():
     x = torch.cat([obs, act], -1)
     for c in range(3):
         h = x
-        for i, (w, b) in enumerate(zip(m.critics.weights, m.critics.biases, strict=True)):
-            h = F.linear(h, w[c].T, b[c, 0])
-            h = torch.relu(h) if i < len(m.critics.weights) - 1 else h
+        layers = m.critics.weight_of(c)
+        for i, (w, b) in enumerate(layers):
+            h = F.linear(h, w.T, b)
+            h = torch.relu(h) if i < len(layers) - 1 else h
         torch.testing.assert_close(q[c], h.squeeze(-1))
     # detach: the critics' weights are constants, the actions still get gradients
     act.requires_grad_(True)

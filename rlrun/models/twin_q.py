@@ -52,30 +52,40 @@ def check_twin_q_config(c: TwinQConfig) -> str | None:
 
 
 class CriticStack(nn.Module):
-    """``num`` MLPs ``in -> hiddens -> 1`` with their weights stacked: one ``baddbmm`` per layer."""
+    """``num`` MLPs ``in -> hiddens -> 1`` with their weights stacked: one ``baddbmm`` per hidden
+    layer for all of them. The output layer (one unit) is a multiply and a sum: ``baddbmm`` with one
+    output column took 142 us here against 24 us (a 256-row minibatch, 256 units, two critics)."""
 
     def __init__(self, num: int, sizes: list[int], act: str) -> None:
         super().__init__()
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
-        for a, b in itertools.pairwise([*sizes, 1]):
+        for a, b in itertools.pairwise(sizes):
             bound = 1.0 / math.sqrt(a)  # nn.Linear's default initialisation, per critic
             self.weights.append(nn.Parameter(torch.empty(num, a, b).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num, 1, b).uniform_(-bound, bound)))
+        bound = 1.0 / math.sqrt(sizes[-1])
+        self.out_weight = nn.Parameter(torch.empty(num, 1, sizes[-1]).uniform_(-bound, bound))
+        self.out_bias = nn.Parameter(torch.empty(num, 1).uniform_(-bound, bound))
         self.num = num
         self._act = _ACT_FNS[act]
 
     def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
         """``x`` [B, in] -> [num, B]. ``detach``: the weights as constants (gradients reach ``x`` only)."""
         h = x.unsqueeze(0).expand(self.num, *x.shape)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+        for w, b in zip(self.weights, self.biases, strict=True):
             if detach:
                 w, b = w.detach(), b.detach()
-            h = torch.baddbmm(b, h, w)
-            if i < last:
-                h = self._act(h)
-        return h.squeeze(-1)
+            h = self._act(torch.baddbmm(b, h, w))
+        w_out, b_out = self.out_weight, self.out_bias
+        if detach:
+            w_out, b_out = w_out.detach(), b_out.detach()
+        return (h * w_out).sum(-1) + b_out
+
+    def weight_of(self, critic: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Critic ``critic``'s layers as (weight [in, out], bias [out]) pairs, the output layer last."""
+        layers = [(w[critic], b[critic, 0]) for w, b in zip(self.weights, self.biases, strict=True)]
+        return [*layers, (self.out_weight[critic].T, self.out_bias[critic])]
 
 
 @MODELS.register("twin_q_mlp", config=TwinQConfig, validate=check_twin_q_config)
