@@ -77,7 +77,8 @@ class CriticStack(nn.Module):
             if detach:
                 w, b = w.detach(), b.detach()
             h = self._act(torch.baddbmm(b, h, w))
-        w_out, b_out = self.out_weight, self.out_bias
+        w_out: torch.Tensor = self.out_weight
+        b_out: torch.Tensor = self.out_bias
         if detach:
             w_out, b_out = w_out.detach(), b_out.detach()
         return (h * w_out).sum(-1) + b_out
