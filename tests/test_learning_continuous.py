@@ -11,7 +11,9 @@ pytestmark = pytest.mark.slow
 
 
 def _one_seed(tmp_path, *overrides):
-    cfg = compose([*overrides, "seed=0", "tracking=none", "progress=false", f"output_dir={tmp_path}"])
+    # one torch thread: the suite runs two test processes on this 2-core machine
+    cfg = compose([*overrides, "seed=0", "tracking=none", "progress=false", "torch_threads=1",
+                   f"output_dir={tmp_path}"])
     return run(cfg, launch_dir=tmp_path)
 
 
