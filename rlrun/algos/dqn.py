@@ -26,7 +26,7 @@ from rlrun.config.schemas import AlgoConfig, LossConfig
 from rlrun.core.registry import LOSSES, MODELS
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
-from rlrun.data.replay import ReplayBuffer
+from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.base import (
     _ACT_FNS,
     ACTIVATIONS,
@@ -109,15 +109,8 @@ class DQNState:
     actor: NumpyQ | None = None  # acting in numpy (built-in q_mlp only); not learner state to save
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "target_model": self.target_model.state_dict(), "last_target_update": self.last_target_update,
-            "num_target_updates": self.num_target_updates, "replay_rng": self.replay.rng.bit_generator.state,
-        }
-        if include_buffers:  # columns as tensors: weights_only loading allows those
-            replay = self.replay.get_state()
-            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
-            state["replay"] = replay
-        return state
+        return {"target_model": self.target_model.state_dict(), "last_target_update": self.last_target_update,
+                "num_target_updates": self.num_target_updates, **replay_checkpoint(self.replay, include_buffers)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if not state:
@@ -125,10 +118,7 @@ class DQNState:
         self.target_model.load_state_dict(state["target_model"])
         self.last_target_update = int(state["last_target_update"])
         self.num_target_updates = int(state["num_target_updates"])
-        self.replay.rng.bit_generator.state = state["replay_rng"]
-        if "replay" in state:
-            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
-            self.replay.set_state({**state["replay"], "cols": cols})
+        restore_replay(self.replay, state)
 
 
 def dqn_state(policy: Policy) -> LearnerState:

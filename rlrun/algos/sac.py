@@ -32,7 +32,7 @@ from rlrun.core.errors import PluginError
 from rlrun.core.registry import LOSSES
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep
-from rlrun.data.replay import ReplayBuffer
+from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
 from rlrun.policy.optim import Groups, make_optimizer
 from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
@@ -80,13 +80,8 @@ class ActorCriticState:
     num_updates: int = 0
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
-        state: dict[str, Any] = {"target_model": self.target_model.state_dict(), "log_alpha": self.log_alpha.detach(),
-                                 "num_updates": self.num_updates, "replay_rng": self.replay.rng.bit_generator.state}
-        if include_buffers:  # columns as tensors: weights_only loading allows those
-            replay = self.replay.get_state()
-            replay["cols"] = {k: torch.from_numpy(v) for k, v in replay["cols"].items()}
-            state["replay"] = replay
-        return state
+        return {"target_model": self.target_model.state_dict(), "log_alpha": self.log_alpha.detach(),
+                "num_updates": self.num_updates, **replay_checkpoint(self.replay, include_buffers)}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if not state:
@@ -95,10 +90,7 @@ class ActorCriticState:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.num_updates = int(state["num_updates"])
-        self.replay.rng.bit_generator.state = state["replay_rng"]
-        if "replay" in state:
-            cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
-            self.replay.set_state({**state["replay"], "cols": cols})
+        restore_replay(self.replay, state)
 
 
 ACTOR_CRITIC_METHODS = ("q", "to_unit", "to_env", "actor_parameters", "critic_parameters")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlrun.data.batch import SampleBatch
 
@@ -69,3 +71,22 @@ class ReplayBuffer:
             self.add(SampleBatch(cols))
         self._cursor = int(state["cursor"]) % self.capacity
         self.num_added = int(state["num_added"])
+
+
+def replay_checkpoint(replay: ReplayBuffer, include_buffers: bool) -> dict[str, Any]:
+    """A learner state's replay part for a checkpoint: the sampling RNG, and with ``include_buffers``
+    the rows, their columns as tensors (``weights_only`` loading allows those)."""
+    state: dict[str, Any] = {"replay_rng": replay.rng.bit_generator.state}
+    if include_buffers:
+        rows = replay.get_state()
+        rows["cols"] = {k: torch.from_numpy(v) for k, v in rows["cols"].items()}
+        state["replay"] = rows
+    return state
+
+
+def restore_replay(replay: ReplayBuffer, state: Mapping[str, Any]) -> None:
+    """Inverse of ``replay_checkpoint``: the RNG, and the rows where the checkpoint holds them."""
+    replay.rng.bit_generator.state = state["replay_rng"]
+    if "replay" in state:
+        cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
+        replay.set_state({**state["replay"], "cols": cols})
