@@ -136,9 +136,7 @@ class RecurrentGreedyActor(GreedyActor):
         state = list(torch.split(x[:, self.obs_dim:], self.state_sizes, dim=1))
         rnn: Any = self.model
         out, new_state = rnn.forward_step(obs, state)
-        actions = self.dist_class(out.dist_inputs).deterministic_sample()
-        if self.bounds is not None:
-            actions = torch.clamp(actions, *self.bounds)
+        actions = self._to_bounds(self.dist_class(out.dist_inputs).deterministic_sample())
         actions = actions.float().reshape(x.shape[0], -1)
         return torch.cat([actions, *new_state], dim=1)
 
