@@ -156,6 +156,16 @@ def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
     assert r.metrics["train/num_updates"] == 192 and np.isfinite(r.metrics["train/loss/actor"])
 
 
+@pytest.mark.parametrize(("preset", "hiddens"), [("sac_halfcheetah", [256, 256]), ("td3_halfcheetah", [400, 300])])
+def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, preset, hiddens):
+    cfg = compose([f"+experiment={preset}", "tracking=none", "progress=false", f"output_dir={tmp_path}",
+                   "algo.learning_starts=64", "stop.timesteps_total=128", "evaluation.interval=0"])
+    assert (cfg.env.id, list(cfg.model.critic_hiddens), cfg.stop["timesteps_total"]) == ("HalfCheetah-v5", hiddens, 128)
+    r = run(cfg, launch_dir=tmp_path)
+    assert r.metrics["train/num_updates"] == 128 and np.isfinite(r.metrics["train/loss/critic"])
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
 @pytest.mark.parametrize(("overrides", "says"), [
     (["env=cartpole"], "algo 'sac' needs a Box action space"),
     (["model=mlp"], "needs a model with actor and Q-critics"),
@@ -181,3 +191,33 @@ def test_a_mujoco_env_without_mujoco_installed_names_the_extra(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("rlrun: error: env.id: InvertedPendulum-v5 is a MuJoCo env"), lines
     assert 'pip install -e ".[mujoco]"' in lines[0]
     assert not (tmp_path / "mlflow.db").exists()  # refused before anything started
+
+
+def test_mujoco_warnings_are_python_warnings_and_leave_no_log_file_in_the_working_directory(tmp_path, monkeypatch):
+    import warnings
+
+    import mujoco
+
+    from rlrun.envs.make import make_vector_env
+
+    monkeypatch.chdir(tmp_path)
+    make_vector_env("HalfCheetah-v5", 2).close()  # rlrun's env creation routes MuJoCo's warnings
+    xml = '<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>'
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qvel[:] = np.nan  # an unstable simulation: MuJoCo warns
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        mujoco.mj_step(m, d)
+    routed = [str(w.message) for w in said if "MuJoCo:" in str(w.message)]
+    assert routed and routed[0].startswith("MuJoCo: Nan, Inf or huge value"), routed
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_the_summary_names_the_configured_return_window(tmp_path):
+    from rlrun.tracking.progress import Summary
+
+    rows = [{"rollout/episode_return_mean": -300.0, "timesteps_total": 64.0}]
+    summary = Summary("timesteps_total = 64 >= 64", False, rows, 1.0, tmp_path, None, None, None, "e", None, window=10)
+    lines = summary.lines()
+    assert "final -300.0, best -300.0 (mean of the last 10 episodes)" in lines[1]

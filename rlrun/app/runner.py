@@ -137,7 +137,8 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         print("\n".join(Summary(ctx.reason, met, ctx.results, time.monotonic() - t0, ctx.out_dir,
                                  ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
                                  ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
-                                 ctx.tracker.experiment_id, ctx.writer_pid).lines()),
+                                 ctx.tracker.experiment_id, ctx.writer_pid,
+                                 ctx.cfg.metrics_num_episodes_for_smoothing).lines()),
               flush=True)
     return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history.path,
                      ctx.history_start)
@@ -376,7 +377,8 @@ def _describe_run(cfg: RunConfig, history: list[dict[str, float]], reason: str, 
             f"seed {cfg.seed}. Final return {final}, best {best} after {int(history[-1]['timesteps_total']):,} env "
             f"steps. Stopped: {reason}. Target met: {'yes' if met else 'no'}.")
     evals = [(h["timesteps_total"], h["eval/episode_return_mean"]) for h in history if "eval/episode_return_mean" in h]
-    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.label}", evals)
+    tracker.log_learning_curve(points, f"{cfg.experiment or cfg.algo.name}: {cfg.env.label}", evals,
+                               cfg.metrics_num_episodes_for_smoothing)
     tracker.set_tags({"mlflow.note.content": note, "rlrun.target_met": str(met).lower(), "rlrun.stop_reason": reason})
 
 

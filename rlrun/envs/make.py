@@ -8,6 +8,7 @@ SyncVectorEnv). Vector envs must use gymnasium's default next-step autoreset; se
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,6 +157,8 @@ def make_vector_env(
                                 "needs one (use env.vectorize=auto or sync)")
         return wrap_vector_env(EnvPoolVectorEnv(env_id, num_envs, kwargs), specs)
     spec = gym.spec(env_id)
+    if str(spec.entry_point).startswith("gymnasium.envs.mujoco"):
+        route_mujoco_warnings()
     mode = vectorize
     if mode == "auto":
         mode = "vector_entry_point" if spec.vector_entry_point is not None and vector_ok else "sync"
@@ -174,6 +177,23 @@ def make_vector_env(
 def _single_only(specs: Sequence[Any]) -> str:
     s = next(s for s in specs if not all_vectorised([s]))
     return f"{s.key}: wrapper '{s.name}'"
+
+
+def _mujoco_warning(message: str) -> None:
+    warnings.warn(f"MuJoCo: {message.strip()}", RuntimeWarning, stacklevel=2)
+
+
+def route_mujoco_warnings() -> None:
+    """MuJoCo's own warning handler prints each warning and appends it to ``MUJOCO_LOG.TXT`` in the
+    working directory (HalfCheetah-v5 warns of a deprecated compiler attribute once per env copy);
+    routed through Python's ``warnings`` instead, each message is said once and no file is left in
+    the user's directory."""
+    try:
+        import mujoco
+    except ImportError:
+        return  # making the env will say how to install it
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
 
 
 def _needs_mujoco(env_id: str, e: Exception) -> bool:

@@ -251,7 +251,7 @@ WRITER_CALLS: dict[str, Any] = {f.__name__: f for f in (create_parent_run, close
 
 
 def log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title: str,
-               eval_points: list[tuple[float, float]]) -> None:
+               eval_points: list[tuple[float, float]], window: int = 100) -> None:
     import tempfile
 
     import matplotlib
@@ -260,12 +260,12 @@ def log_curve(client: Any, run_id: str, points: list[tuple[float, float]], title
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([p[0] for p in points], [p[1] for p in points], label="training (mean of last 100 episodes)")
+    ax.plot([p[0] for p in points], [p[1] for p in points], label=f"training (mean of the last {window} episodes)")
     if eval_points:
         ax.plot([p[0] for p in eval_points], [p[1] for p in eval_points], "o", label="greedy evaluation")
     ax.legend(loc="lower right")
     ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -112,6 +112,7 @@ class Summary:
     tracking_uri: str | None
     experiment_id: str | None = None
     writer_pid: int | None = None  # the MLflow writer still finishing the run in the background
+    window: int = 100  # metrics_num_episodes_for_smoothing: the episodes the training return averages
 
     def _policy_lines(self, last: Mapping[str, float]) -> list[str]:
         """Multi-agent runs: each policy's return (its agents' episodes); the line above sums all agents."""
@@ -129,7 +130,7 @@ class Summary:
         evals = [h[EVAL_RETURN] for h in self.history if EVAL_RETURN in h]
         ret = f"final {returns[-1]:.1f}, best {max(returns):.1f}" if returns else "no episode finished"
         out = [f"rlrun: stopped: {self.reason}{' (target met)' if self.target_met else ''}",
-               f"  return     {ret} (mean of the last 100 episodes)"
+               f"  return     {ret} (mean of the last {self.window} episodes)"
                + (f"; greedy eval {evals[-1]:.1f}" if evals else ""),
                *self._policy_lines(last),
                f"  env steps  {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",

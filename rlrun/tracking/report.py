@@ -140,7 +140,7 @@ def plot(summary: Summary, path: Path, title: str) -> Path:
         if len(runs) > 1:
             ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return (mean of last 100)")
+    ax.set_ylabel("training episode return (rollout/episode_return_mean)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if summary.curves:

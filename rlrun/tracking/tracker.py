@@ -67,7 +67,7 @@ class Tracker:
         return None
 
     def log_learning_curve(self, points: list[tuple[float, float]], title: str,
-                           eval_points: list[tuple[float, float]] | None = None) -> None:
+                           eval_points: list[tuple[float, float]] | None = None, window: int = 100) -> None:
         """A PNG of training return (and greedy evaluation points) vs env steps: ``learning_curve.png``."""
 
     def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path,
@@ -213,10 +213,10 @@ class MlflowTracker(Tracker):
         return kinds
 
     def log_learning_curve(self, points: list[tuple[float, float]], title: str,
-                           eval_points: list[tuple[float, float]] | None = None) -> None:
+                           eval_points: list[tuple[float, float]] | None = None, window: int = 100) -> None:
         def clean(ps: list[tuple[float, float]]) -> list[tuple[float, float]]:
             return [(float(x), float(y)) for x, y in ps if math.isfinite(y)]
-        self._send(msg.Curve(clean(points), title, clean(eval_points or [])))
+        self._send(msg.Curve(clean(points), title, clean(eval_points or []), window))
 
     def log_model(self, checkpoint_dir: str | Path, launch_dir: str | Path,
                   actors_dir: str | Path | None = None) -> None:

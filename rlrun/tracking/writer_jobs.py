@@ -177,7 +177,7 @@ def _on_model(run: RunJobs, job: msg.Model) -> bool:
 
 
 def _on_curve(run: RunJobs, job: msg.Curve) -> bool:
-    log_curve(run.client, run.id, job.points, job.title, job.eval_points)
+    log_curve(run.client, run.id, job.points, job.title, job.eval_points, job.window)
     return False
 
 

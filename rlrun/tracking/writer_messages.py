@@ -84,6 +84,7 @@ class Curve:
     points: list[tuple[float, float]]
     title: str
     eval_points: list[tuple[float, float]] = field(default_factory=list)
+    window: int = 100  # the episodes each training point averages
 
 
 @dataclass(frozen=True)
