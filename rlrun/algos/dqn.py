@@ -23,9 +23,11 @@ from torch import nn
 
 from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
 from rlrun.config.schemas import AlgoConfig, LossConfig
+from rlrun.core.errors import PluginError
 from rlrun.core.registry import LOSSES, MODELS
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
+from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.base import (
     _ACT_FNS,
@@ -39,6 +41,7 @@ from rlrun.models.base import (
     mlp_forward,
 )
 from rlrun.models.distributions import ActionDistribution
+from rlrun.models.noisy import NoisyLinear
 from rlrun.models.numpy_actor import NumpyQ
 from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 
@@ -58,8 +61,17 @@ class DQNConfig(AlgoConfig):
     target_network_update_freq: int = 500  # env steps between target-network copies
     n_step: int = 1
     double_q: bool = True
-    # epsilon-greedy schedule, piecewise linear in env steps: [[0, 1.0], [10000, 0.05]]
+    # epsilon-greedy schedule, piecewise linear in env steps: [[0, 1.0], [10000, 0.05]] (a noisy model
+    # explores by its noise instead: no random actions)
     epsilon: list[list[float]] = field(default_factory=lambda: [[0.0, 1.0], [10_000.0, 0.05]])
+    # prioritized replay (RLlib's names): rows drawn in proportion to (|TD error| + eps)^alpha, the loss
+    # weighted by importance weights (N P(i))^-beta, beta annealed linearly to its final value
+    prioritized_replay: bool = False
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    final_prioritized_replay_beta: float = 1.0
+    prioritized_replay_beta_annealing_timesteps: int = 100_000
+    prioritized_replay_eps: float = 1e-6
 
 
 @dataclass
@@ -74,27 +86,67 @@ class QMLPConfig(MLPConfig):
     hiddens: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     dueling: bool = False  # Q = V + A - mean(A)
+    num_atoms: int = 1  # > 1: distributional Q (C51): probabilities over num_atoms returns from v_min to v_max
+    v_min: float = -10.0
+    v_max: float = 10.0
+    noisy: bool = False  # noisy-net heads (factorised Gaussian noise) explore instead of epsilon-greedy
+    sigma0: float = 0.5  # the noisy heads' initial noise scale, over sqrt(fan-in)
     free_log_std: bool = False  # unused: Q-values have no Gaussian head
 
 
-@MODELS.register("q_mlp", config=QMLPConfig, validate=check_mlp_config)
+def check_q_mlp_config(c: QMLPConfig) -> str | None:
+    if c.num_atoms < 1:
+        return f"model.num_atoms: must be at least 1 (1: expected Q-values; 51: C51), got {c.num_atoms}"
+    if c.num_atoms > 1 and not c.v_min < c.v_max:
+        return f"model.v_min: must be below model.v_max, got v_min={c.v_min}, v_max={c.v_max}"
+    if c.noisy and not c.sigma0 > 0:
+        return f"model.sigma0: must be above 0, got {c.sigma0}"
+    return check_mlp_config(c)
+
+
+@MODELS.register("q_mlp", config=QMLPConfig, validate=check_q_mlp_config)
 class QMLPModel(nn.Module):
-    """Q-network: ``dist_inputs`` are Q-values ``[B, num_actions]``, ``values`` = max_a Q."""
+    """Q-network: ``dist_inputs`` are Q-values ``[B, num_actions]``, ``values`` = max_a Q.
+
+    With ``num_atoms > 1`` its heads give, per action, logits over ``num_atoms`` returns evenly spaced
+    from ``v_min`` to ``v_max`` (``support``); ``q_log_probs`` gives their log-probabilities
+    ``[B, num_actions, num_atoms]`` and the Q-values are their expectations. With ``noisy`` the
+    heads are ``NoisyLinear`` layers: fresh noise in training mode, their means in eval mode."""
+
+    support: torch.Tensor  # buffer [num_atoms]: the returns the atoms stand for
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: QMLPConfig) -> None:
         super().__init__()
         sizes = [int(np.prod(obs_space.shape or (1,))), *config.hiddens]
         self.torso = _mlp(sizes, ACTIVATIONS[config.activation])
-        self.adv_head = _init(nn.Linear(sizes[-1], num_outputs), 0.01)
-        self.v_head = _init(nn.Linear(sizes[-1], 1), 1.0) if config.dueling else None
+        self.num_actions, self.num_atoms = num_outputs, config.num_atoms
+
+        def head(out: int, gain: float) -> nn.Module:
+            if config.noisy:
+                return NoisyLinear(sizes[-1], out, config.sigma0)
+            return _init(nn.Linear(sizes[-1], out), gain)
+
+        self.adv_head = head(num_outputs * config.num_atoms, 0.01)
+        self.v_head = head(config.num_atoms, 1.0) if config.dueling else None
+        self.register_buffer("support", torch.linspace(config.v_min, config.v_max, config.num_atoms))
         self._act = _ACT_FNS[config.activation]
         self._layers = linear_layers(self.torso)
 
-    def forward(self, obs: torch.Tensor) -> ModelOutput:
+    def _heads(self, obs: torch.Tensor) -> torch.Tensor:
+        """Dueling-combined head outputs ``[B, num_actions, num_atoms]`` (Q-values, or atom logits)."""
         h = mlp_forward(self._layers, self._act, obs.reshape(obs.shape[0], -1).float())
-        q = F.linear(h, self.adv_head.weight, self.adv_head.bias)
-        if self.v_head is not None:
-            q = F.linear(h, self.v_head.weight, self.v_head.bias) + q - q.mean(dim=-1, keepdim=True)
+        adv = self.adv_head(h).reshape(h.shape[0], self.num_actions, self.num_atoms)
+        if self.v_head is None:
+            return adv
+        return self.v_head(h).unsqueeze(1) + adv - adv.mean(dim=1, keepdim=True)
+
+    def q_log_probs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Distributional (``num_atoms > 1``): log-probabilities of the atoms ``[B, num_actions, num_atoms]``."""
+        return torch.log_softmax(self._heads(obs), dim=-1)
+
+    def forward(self, obs: torch.Tensor) -> ModelOutput:
+        out = self._heads(obs)
+        q = out.squeeze(-1) if self.num_atoms == 1 else (torch.softmax(out, dim=-1) * self.support).sum(-1)
         return ModelOutput(q, q.max(dim=-1).values)
 
 
@@ -107,6 +159,7 @@ class DQNState:
     last_target_update: int = 0  # env step of the last copy online -> target
     num_target_updates: int = 0
     actor: NumpyQ | None = None  # acting in numpy (built-in q_mlp only); not learner state to save
+    noisy: bool = False  # the model has noisy layers: it explores by them, not epsilon-greedy
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
         return {"target_model": self.target_model.state_dict(), "last_target_update": self.last_target_update,
@@ -126,23 +179,39 @@ def dqn_state(policy: Policy) -> LearnerState:
     cfg = policy.config_as(DQNConfig)
     target = copy.deepcopy(policy.model).requires_grad_(False)
     actor = NumpyQ(policy.model) if type(policy.model) is QMLPModel and NumpyQ.supports(policy.model) else None
-    return DQNState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), actor=actor)
+    replay = (PrioritizedReplayBuffer(cfg.replay_capacity, policy.spec.seed, cfg.prioritized_replay_alpha,
+                                      cfg.prioritized_replay_eps)
+              if cfg.prioritized_replay else ReplayBuffer(cfg.replay_capacity, policy.spec.seed))
+    return DQNState(target, replay, actor=actor, noisy=is_noisy(policy.model))
+
+
+def is_noisy(model: nn.Module) -> bool:
+    return any(isinstance(m, NoisyLinear) for m in model.modules())
 
 
 def epsilon(policy: Policy) -> float:
+    """The chance of a random action now: 0 for a noisy model, whose noise explores."""
+    if isinstance(policy.state, DQNState) and policy.state.noisy:
+        return 0.0
     return piecewise(policy.config_as(DQNConfig).epsilon, policy.global_timestep)
 
 
 def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
-    """Greedy in Q, or uniformly random with probability epsilon (explore only)."""
-    actor = policy.state.actor if isinstance(policy.state, DQNState) else None
-    if actor is not None:  # the built-in q_mlp: numpy on views of its weights
-        q = actor.q_values(obs)
+    """Greedy in Q, or uniformly random with probability epsilon (explore only). A noisy model acts
+    greedily in its noisy Q-values to explore, in its mean Q-values otherwise."""
+    state = policy.state if isinstance(policy.state, DQNState) else None
+    if state is not None and state.actor is not None:  # the built-in q_mlp: numpy on views of its weights
+        q = state.actor.q_values(obs)
     else:
+        noisy = state is not None and state.noisy
+        if noisy:
+            policy.model.train(explore)
         with torch.inference_mode():
             q = policy.model(torch.as_tensor(obs)).dist_inputs.detach().numpy()
+        if noisy:
+            policy.model.train()
     actions = q.argmax(axis=-1)
-    if explore:
+    if explore and not (state is not None and state.noisy):
         rand = policy.np_rng.random(len(actions)) < epsilon(policy)
         actions = np.where(rand, policy.np_rng.integers(0, q.shape[-1], len(actions)), actions)
     zeros = np.zeros(len(actions), dtype=np.float32)
@@ -155,6 +224,26 @@ def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB
     return add_nstep(fragment, cfg.n_step, cfg.gamma)
 
 
+def project_distribution(probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+                         support: torch.Tensor) -> torch.Tensor:
+    """C51's projected Bellman target (Bellemare et al. 2017, Algorithm 1): the distribution ``probs``
+    ``[B, N]`` over ``support`` ``[N]``, moved to ``rewards + discounts * support`` (clipped to the
+    support's range) and split between the two nearest atoms in proportion to closeness. ``[B, N]``."""
+    n = support.shape[0]
+    v_min, v_max = float(support[0]), float(support[-1])
+    dz = (v_max - v_min) / (n - 1)
+    tz = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
+    b = (tz - v_min) / dz  # fractional atom index in [0, n - 1]
+    lower, upper = b.floor().long(), b.ceil().long()
+    # an exact atom (lower == upper) would get weight 0 from both sides: give it all to one of them
+    lower[(upper > 0) & (lower == upper)] -= 1
+    upper[(lower < n - 1) & (lower == upper)] += 1
+    out = torch.zeros_like(probs)
+    out.scatter_add_(-1, lower, probs * (upper.float() - b))
+    out.scatter_add_(-1, upper, probs * (b - lower.float()))
+    return out
+
+
 @LOSSES.register(
     "dqn_td", config=DQNLossConfig,
     requires=(SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
@@ -163,27 +252,54 @@ def dqn_postprocess(policy: Policy, fragment: SB, last_values: np.ndarray) -> SB
 def dqn_td_loss(
     policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch
 ) -> LossOutput:
-    """Huber(Q(s, a) - [R_n + gamma^n Q_target(s', argmax_a' Q(s', a'))]) (double Q) or max_a' Q_target."""
+    """Huber(Q(s, a) - [R_n + gamma^n Q_target(s', argmax_a' Q(s', a'))]) (double Q) or max_a' Q_target.
+    A distributional model (``num_atoms > 1``): the cross-entropy of Q(s, a)'s atoms against the
+    target's, projected onto the support (C51). Rows are weighted by ``weights`` where the batch has
+    them (prioritized replay), and each row's TD error (C51: its cross-entropy) goes into the batch as
+    ``td_error`` for the priority update."""
     c = policy.loss_config_as(DQNLossConfig)
     cfg = policy.config_as(DQNConfig)
     obs, next_obs = batch[SB.OBS], batch[SB.NSTEP_NEXT_OBS]
-    q = model(obs).dist_inputs
-    if cfg.double_q:  # the online net's choice at s', outside autograd: backward runs over obs's rows only
-        with torch.no_grad():
-            q_next_online = model(next_obs).dist_inputs
-    q_sa = q.gather(-1, batch[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
+    m: Any = model
+    actions = batch[SB.ACTIONS].long().unsqueeze(-1)
+    atoms = getattr(m, "num_atoms", 1)
+    target_model: Any = policy.state_as(DQNState).target_model
     with torch.no_grad():
-        q_next_target = batch.get(TARGET_Q_NEXT)  # dqn_learn computes it for all its minibatches at once
-        if q_next_target is None:
-            q_next_target = policy.state_as(DQNState).target_model(next_obs).dist_inputs
-        if cfg.double_q:
-            q_next = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
-        else:
-            q_next = q_next_target.max(-1).values
-        target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
-    squared = c.huber_delta <= 0
-    td = 0.5 * (q_sa - target).pow(2).mean() if squared else F.huber_loss(q_sa, target, delta=c.huber_delta)
-    return LossOutput(td, {"td": td}, {"q_mean": q_sa.detach().mean(), "target_mean": target.mean(),
+        # the online net's choice at s' (double Q), outside autograd: backward runs over obs's rows only
+        q_next_online = model(next_obs).dist_inputs if cfg.double_q else None
+    if atoms > 1:
+        log_p = m.q_log_probs(obs)  # [B, A, N]
+        log_p_sa = log_p.gather(1, actions.unsqueeze(-1).expand(-1, 1, atoms)).squeeze(1)
+        with torch.no_grad():
+            p_next = target_model.q_log_probs(next_obs).exp()
+            q_next_target = (p_next * target_model.support).sum(-1)
+            best = (q_next_online if q_next_online is not None else q_next_target).argmax(-1)
+            p_best = p_next[torch.arange(len(best)), best]
+            target_p = project_distribution(p_best, batch[SB.NSTEP_REWARDS], batch[SB.NSTEP_DISCOUNT], m.support)
+            target = (target_p * m.support).sum(-1)
+        per_row = -(target_p * log_p_sa).sum(-1)
+        q_sa = (log_p_sa.detach().exp() * m.support).sum(-1)
+        td_error = per_row.detach()
+    else:
+        q_sa = model(obs).dist_inputs.gather(-1, actions).squeeze(-1)
+        with torch.no_grad():
+            q_next_target = batch.get(TARGET_Q_NEXT)  # dqn_learn computes it for all its minibatches at once
+            if q_next_target is None:
+                q_next_target = target_model(next_obs).dist_inputs
+            if q_next_online is not None:
+                q_next = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
+            else:
+                q_next = q_next_target.max(-1).values
+            target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
+        squared = c.huber_delta <= 0
+        per_row = (0.5 * (q_sa - target).pow(2) if squared
+                   else F.huber_loss(q_sa, target, delta=c.huber_delta, reduction="none"))
+        q_sa = q_sa.detach()
+        td_error = q_sa - target
+    weights = batch.get(SB.WEIGHTS)
+    td = (per_row * weights).mean() if weights is not None else per_row.mean()
+    batch[SB.TD_ERROR] = td_error
+    return LossOutput(td, {"td": td}, {"q_mean": q_sa.mean(), "target_mean": target.mean(),
                                        "epsilon": epsilon(policy)})
 
 
@@ -200,10 +316,32 @@ def replay_minibatches(state: DQNState, size: int, steps: int) -> Iterator[Torch
     minibatch's own rows only (one iteration's 64 steps: 183 -> 155 ms, 3 interleaved pairs)."""
     rows = state.replay.sample(size * steps)
     tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
-    with torch.no_grad():
-        tb[TARGET_Q_NEXT] = state.target_model(tb[SB.NSTEP_NEXT_OBS]).dist_inputs
+    if getattr(state.target_model, "num_atoms", 1) == 1:  # a distributional loss needs the atoms instead
+        with torch.no_grad():
+            tb[TARGET_Q_NEXT] = state.target_model(tb[SB.NSTEP_NEXT_OBS]).dist_inputs
     for i in range(steps):
         yield {k: v[i * size : (i + 1) * size] for k, v in tb.items()}
+
+
+def prioritized_minibatches(policy: Policy, state: DQNState, size: int, steps: int) -> Iterator[TorchBatch]:
+    """``steps`` minibatches, each drawn after the previous one's priorities were updated (from the
+    ``td_error`` its loss wrote into it), with beta annealed by env steps."""
+    cfg = policy.config_as(DQNConfig)
+    replay = state.replay
+    assert isinstance(replay, PrioritizedReplayBuffer)
+    beta = piecewise([[0.0, cfg.prioritized_replay_beta], [float(cfg.prioritized_replay_beta_annealing_timesteps),
+                                                           cfg.final_prioritized_replay_beta]], policy.global_timestep)
+    for _ in range(steps):
+        rows = replay.sample(size, beta)
+        idx = rows.pop(SB.BATCH_INDEXES)
+        mb: TorchBatch = {k: torch.from_numpy(v) for k, v in rows.items()}
+        yield mb
+        td = mb.get(SB.TD_ERROR)
+        if td is None:
+            raise PluginError(f"loss.name: algo.prioritized_replay needs the loss to write each row's TD error "
+                              f"into its batch as batch['{SB.TD_ERROR}'] (dqn_td does); loss "
+                              f"'{policy.loss_config.name}' did not")
+        replay.update_priorities(idx, td.numpy())
 
 
 def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
@@ -216,7 +354,9 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
     if len(state.replay) >= cfg.learning_starts:
         mb = cfg.sgd_minibatch_size or 64
         steps = max(1, round(cfg.training_intensity * len(batch) / mb))
-        stats = policy.learn_on_minibatches(replay_minibatches(state, mb, steps))
+        draw = prioritized_minibatches(policy, state, mb, steps) if isinstance(state.replay, PrioritizedReplayBuffer) \
+            else replay_minibatches(state, mb, steps)
+        stats = policy.learn_on_minibatches(draw)
     if ctx.timesteps_total - state.last_target_update >= cfg.target_network_update_freq:
         state.target_model.load_state_dict(policy.model.state_dict())
         state.last_target_update = ctx.timesteps_total

@@ -44,6 +44,11 @@ class SampleBatch(dict[str, np.ndarray]):
     NSTEP_REWARDS: ClassVar[str] = "nstep_rewards"  # sum_k gamma^k r_{t+k} over up to n steps
     NSTEP_DISCOUNT: ClassVar[str] = "nstep_discount"  # gamma^k for the bootstrap; 0 after a termination
     NSTEP_NEXT_OBS: ClassVar[str] = "nstep_new_obs"  # the observation the n-step bootstrap is taken from
+    # prioritized replay (RLlib's names): the rows a minibatch came from, their importance weights,
+    # and the per-row TD errors a loss writes into its batch for the priority update
+    BATCH_INDEXES: ClassVar[str] = "batch_indexes"
+    WEIGHTS: ClassVar[str] = "weights"
+    TD_ERROR: ClassVar[str] = "td_error"
 
     ALIASES: ClassVar[dict[str, str]] = {"next_obs": "new_obs"}  # rlrun's earlier names -> RLlib's
 

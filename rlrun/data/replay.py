@@ -62,7 +62,7 @@ class ReplayBuffer:
         return {"cols": {k: v[: self._size].copy() for k, v in self._cols.items()}, "cursor": self._cursor,
                 "size": self._size, "num_added": self.num_added}
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: Mapping[str, Any]) -> None:
         """Inverse of ``get_state`` (the rows come back in storage order)."""
         cols = state["cols"]
         self._cols = {}
@@ -80,7 +80,7 @@ def replay_checkpoint(replay: ReplayBuffer, include_buffers: bool) -> dict[str, 
     if include_buffers:
         rows = replay.get_state()
         rows["cols"] = {k: torch.from_numpy(v) for k, v in rows["cols"].items()}
-        state["replay"] = rows
+        state["replay"] = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in rows.items()}
     return state
 
 
@@ -88,5 +88,5 @@ def restore_replay(replay: ReplayBuffer, state: Mapping[str, Any]) -> None:
     """Inverse of ``replay_checkpoint``: the RNG, and the rows where the checkpoint holds them."""
     replay.rng.bit_generator.state = state["replay_rng"]
     if "replay" in state:
-        cols = {k: v.numpy() for k, v in state["replay"]["cols"].items()}
-        replay.set_state({**state["replay"], "cols": cols})
+        rows = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in state["replay"].items()}
+        replay.set_state({**rows, "cols": {k: v.numpy() for k, v in state["replay"]["cols"].items()}})

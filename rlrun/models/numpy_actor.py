@@ -174,8 +174,10 @@ class NumpyQ:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        """For a ``QMLPModel`` (the caller checks the type): an activation numpy has, float32 weights."""
-        return model._act in _NUMPY_ACT and all(p.dtype == torch.float32 for p in model.parameters())
+        """For a ``QMLPModel`` (the caller checks the type): an activation numpy has, float32 weights,
+        plain linear heads (not noisy) giving Q-values (not atoms)."""
+        return (model._act in _NUMPY_ACT and all(p.dtype == torch.float32 for p in model.parameters())
+                and type(model.adv_head) is torch.nn.Linear and model.num_atoms == 1)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """``[N, num_actions]`` for observations ``[N, ...]``."""

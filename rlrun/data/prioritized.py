@@ -1,0 +1,126 @@
+"""Prioritized experience replay (Schaul et al. 2016, proportional variant): rows are drawn with
+probability ``p_i^alpha / sum_k p_k^alpha``; the loss weighs each by ``(N P(i))^-beta`` over the
+largest such weight in the buffer; priorities are ``|TD error| + eps`` after each update.
+
+The priorities live in a 16-ary sum tree, a list of numpy levels (level ``d`` holds ``16^d`` nodes;
+a 1M-row buffer is 5 levels deep). Sampling descends all rows of a
+minibatch at once (a cumulative sum over each node's 16 children per level), an update climbs all of
+them at once. A binary tree took 20 levels of small numpy calls per operation; 16 children per node
+cut that to 5, and one sample plus one update of 128 rows from a 1M-row buffer takes well under the
+0.2 ms budget (experiments/prioritized_replay has the figure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlrun.data.batch import SampleBatch
+from rlrun.data.replay import ReplayBuffer
+
+FANOUT = 16
+
+
+class SumTree:
+    """Non-negative values over ``capacity`` slots: their total and a prefix-sum search."""
+
+    def __init__(self, capacity: int) -> None:
+        depth = 1
+        while FANOUT**depth < capacity:
+            depth += 1
+        self.capacity = capacity
+        self.depth = depth
+        self.sums = [np.zeros(FANOUT**d) for d in range(depth + 1)]
+
+    @property
+    def total(self) -> float:
+        return float(self.sums[0][0])
+
+    def leaves(self, n: int | None = None) -> np.ndarray:
+        return self.sums[self.depth][: self.capacity if n is None else n]
+
+    def update(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Set the leaves ``idx`` to ``values`` (a repeated index keeps its last value) and refresh
+        every ancestor: a repeated parent is written twice with the same sum."""
+        idx = np.asarray(idx, dtype=np.int64)
+        self.sums[self.depth][idx] = values
+        for d in range(self.depth - 1, -1, -1):
+            idx = idx // FANOUT
+            self.sums[d][idx] = np.take(self.sums[d + 1].reshape(-1, FANOUT), idx, axis=0) @ _ONES
+
+    def find(self, mass: np.ndarray) -> np.ndarray:
+        """For each ``mass`` in [0, total): the leaf whose prefix-sum interval holds it, never one of
+        value 0. Each level: the children's running sums (a product with a triangle of ones: half
+        numpy's ``cumsum`` along rows here), the first child whose running sum passes the mass."""
+        mass = np.array(mass, dtype=np.float64)
+        node = np.zeros(len(mass), dtype=np.int64)
+        flat = np.arange(len(mass)) * FANOUT
+        for d in range(1, self.depth + 1):
+            children = np.take(self.sums[d].reshape(-1, FANOUT), node, axis=0)  # [n, FANOUT]
+            upto = children @ _UPPER
+            # strictly below the node's total, so the child found has a value (rounding aside)
+            mass = np.minimum(mass, np.nextafter(upto[:, -1], 0.0))
+            j = (upto <= mass[:, None]).sum(axis=1)
+            mass -= upto.ravel()[flat + j] - children.ravel()[flat + j]  # the mass before child j
+            node = node * FANOUT + j
+        return node
+
+
+_ONES = np.ones(FANOUT)
+_UPPER = np.triu(np.ones((FANOUT, FANOUT)))  # x @ _UPPER: running sums along x's rows
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A ring buffer whose ``sample`` draws rows in proportion to ``priority^alpha`` and adds the
+    columns ``batch_indexes`` (rows, for ``update_priorities``) and ``weights`` (importance weights,
+    over the minibatch's largest, as Dopamine does; RLlib's classic buffer divides by the buffer's
+    largest, which needs a min tree beside the sum tree: twice the cost of an update). New rows get
+    the largest priority seen so far, so each is replayed at least once soon."""
+
+    def __init__(self, capacity: int, seed: int = 0, alpha: float = 0.6, eps: float = 1e-6) -> None:
+        super().__init__(capacity, seed)
+        self.alpha = alpha
+        self.eps = eps
+        self.tree = SumTree(capacity)
+        self.max_priority = 1.0
+
+    def add(self, batch: SampleBatch) -> None:
+        n = min(len(batch), self.capacity)
+        start = self._cursor
+        super().add(batch)
+        if n:
+            idx = (start + np.arange(n)) % self.capacity
+            self.tree.update(idx, np.full(n, self.max_priority**self.alpha))
+
+    def sample(self, n: int, beta: float = 0.4) -> SampleBatch:
+        if self._size == 0:
+            raise ValueError("replay: cannot sample from an empty buffer")
+        total = self.tree.total
+        idx = self.tree.find(self.rng.random(n) * total)
+        out = SampleBatch()
+        for k, v in self._cols.items():
+            dict.__setitem__(out, k, v[idx])
+        weights = (self._size * self.tree.leaves()[idx] / total) ** -beta
+        dict.__setitem__(out, SampleBatch.BATCH_INDEXES, idx)
+        dict.__setitem__(out, SampleBatch.WEIGHTS, (weights / weights.max()).astype(np.float32))
+        return out
+
+    def update_priorities(self, idx: np.ndarray, td_errors: np.ndarray) -> None:
+        """Priorities ``|td_errors| + eps`` for the rows ``idx`` (as ``sample`` returned them)."""
+        priorities = np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.update(idx, priorities**self.alpha)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "priorities": self.tree.leaves(self._size).copy(),
+                "max_priority": self.max_priority}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        super().set_state(state)
+        self.tree = SumTree(self.capacity)
+        size = len(self)
+        if size:
+            self.tree.update(np.arange(size), np.asarray(state["priorities"], dtype=np.float64)[:size])
+        self.max_priority = float(state["max_priority"])
