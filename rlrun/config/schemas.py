@@ -36,6 +36,7 @@ class AlgoConfig:
     grad_clip: float | None = 0.5  # global L2 norm; None: no clipping
     adam_eps: float = 1e-5  # eps of rlrun's Adam (optimizer.name: adam)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    clip_rewards: bool = False  # learn from each reward's sign (RLlib's clip_rewards, Atari); returns stay the env's
 
 
 @dataclass

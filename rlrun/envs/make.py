@@ -20,7 +20,8 @@ from rlrun.core.registry import ENVS, RegistryError, suggest
 from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
-ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid", "ALE/": "ale_py"}
+EXTRAS = {"ale_py": "atari"}  # packages that one of rlrun's extras installs: pip install -e ".[<extra>]"
 
 
 def _import_env_package(env_id: str) -> None:
@@ -32,8 +33,10 @@ def _import_env_package(env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
+        fix = f'install rlrun\'s {EXTRAS[module]} extra: pip install -e ".[{EXTRAS[module]}]"' if module in EXTRAS \
+            else f"pip install {module}"
         raise RegistryError(f"env.id: '{env_id}' needs the {module} package, which cannot be imported ({e}); "
-                            f"pip install {module}") from None
+                            f"{fix}") from None
 
 
 def declared_spaces(env: Any) -> tuple[gym.Space, gym.Space] | None:

@@ -150,6 +150,21 @@ def frame_stack(env: gym.Env, stack_size: int = 4) -> gym.Env:
     return gym.wrappers.FrameStackObservation(env, int(stack_size))
 
 
+def atari_preprocessing(env: gym.Env, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
+                        terminal_on_life_loss: bool = False, grayscale_obs: bool = True) -> gym.Env:
+    """The standard Atari preprocessing (gymnasium's AtariPreprocessing, Machado et al. 2018): up to
+    ``noop_max`` no-ops at reset, ``frame_skip`` frames per action with the last two max-pooled,
+    ``screen_size``x``screen_size`` grey frames (uint8). The env must not skip frames itself
+    (``env.kwargs: {frameskip: 1}``). With ``terminal_on_life_loss`` a lost life ends the episode."""
+    try:
+        return gym.wrappers.AtariPreprocessing(env, noop_max=int(noop_max), frame_skip=int(frame_skip),
+                                               screen_size=int(screen_size), grayscale_obs=bool(grayscale_obs),
+                                               terminal_on_life_loss=bool(terminal_on_life_loss))
+    except gym.error.DependencyNotInstalled as e:
+        raise ValueError(f"atari_preprocessing needs OpenCV ({e}); install rlrun's atari extra: "
+                         'pip install -e ".[atari]"') from None
+
+
 def time_limit(env: gym.Env, max_episode_steps: int) -> gym.Env:
     """Truncate episodes after ``max_episode_steps`` steps."""
     return gym.wrappers.TimeLimit(env, int(max_episode_steps))
@@ -173,5 +188,6 @@ WRAPPERS.add("clip_reward", clip_reward, vector=clip_reward_vector)
 WRAPPERS.add("flatten_observation", flatten_observation, vector=vw.FlattenObservation)
 WRAPPERS.add("frame_stack", frame_stack)
 WRAPPERS.add("time_limit", time_limit)
+WRAPPERS.add("atari_preprocessing", atari_preprocessing)
 WRAPPERS.add("resize_observation", resize_observation)
 WRAPPERS.add("minigrid_image", minigrid_image)

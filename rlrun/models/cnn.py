@@ -77,7 +77,7 @@ def conv_output_hw(h: int, w: int, filters: list[list[int]]) -> tuple[int, int]:
     return h, w
 
 
-def _conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
+def conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
     layers: list[nn.Module] = []
     for out, k, s in c.conv_filters:
         conv = nn.Conv2d(channels, out, k, s)
@@ -86,6 +86,19 @@ def _conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
         layers += [conv, ACTIVATIONS[c.conv_activation]()]
         channels = out
     return nn.Sequential(*layers, nn.Flatten())
+
+
+def images(obs: torch.Tensor, layout: str) -> torch.Tensor:
+    """Observations -> float ``[B, C, H, W]`` (uint8 scaled to [0, 1]); ``layout`` from ``image_layout``."""
+    x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+    if layout == "hw":
+        return x.unsqueeze(1)
+    if layout == "hwc":
+        return x.permute(0, 3, 1, 2)
+    if layout == "shwc":
+        b, s, h, w, c = x.shape
+        return x.permute(0, 1, 4, 2, 3).reshape(b, s * c, h, w)
+    return x
 
 
 @MODELS.register("cnn", config=CNNConfig, validate=check_cnn_config)
@@ -100,8 +113,8 @@ class CNNModel(nn.Module):
         flat = config.conv_filters[-1][0] * oh * ow
         act = ACTIVATIONS[config.activation]
         sizes = [flat, *config.hiddens]
-        self.torso = nn.Sequential(_conv_torso(config, channels), _mlp(sizes, act))
-        self.vf_torso = None if config.vf_share_layers else nn.Sequential(_conv_torso(config, channels),
+        self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, act))
+        self.vf_torso = None if config.vf_share_layers else nn.Sequential(conv_torso(config, channels),
                                                                            _mlp(sizes, act))
         self.free_log_std = config.free_log_std and isinstance(action_space, gym.spaces.Box)
         head_out = num_outputs // 2 if self.free_log_std else num_outputs
@@ -111,16 +124,7 @@ class CNNModel(nn.Module):
             self.log_std = nn.Parameter(torch.full((head_out,), float(config.init_log_std)))
 
     def images(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations -> float ``[B, C, H, W]`` (uint8 scaled to [0, 1])."""
-        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
-        if self.layout == "hw":
-            return x.unsqueeze(1)
-        if self.layout == "hwc":
-            return x.permute(0, 3, 1, 2)
-        if self.layout == "shwc":
-            b, s, h, w, c = x.shape
-            return x.permute(0, 1, 4, 2, 3).reshape(b, s * c, h, w)
-        return x
+        return images(obs, self.layout)
 
     def forward(self, obs: torch.Tensor) -> ModelOutput:
         x = self.images(obs)

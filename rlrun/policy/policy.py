@@ -239,7 +239,11 @@ class Policy:
         return self._rnn.initial_state(n) if state is None else [torch.as_tensor(s) for s in state]
 
     def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
-        """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``)."""
+        """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``); with
+        ``algo.clip_rewards`` the learner sees each reward's sign (the episode returns were summed
+        from the env's rewards before)."""
+        if self.config.clip_rewards and SampleBatch.REWARDS in fragment:
+            fragment[SampleBatch.REWARDS] = np.sign(fragment[SampleBatch.REWARDS]).astype(np.float32)
         fn = self.hooks.postprocess
         return fragment if fn is None else fn(self, fragment, last_values)
 
