@@ -28,6 +28,7 @@ PRESETS: dict[str, list[str]] = {
     "pg_cartpole": ["+experiment=pg_cartpole"],
     "a2c_cartpole": ["+experiment=a2c_cartpole"],
     "dqn_cartpole": ["+experiment=dqn_cartpole"],
+    "rainbow_cartpole": ["+experiment=rainbow_cartpole"],
     "ppo_pendulum": ["+experiment=ppo_pendulum"],
     "appo_cartpole": ["+experiment=appo_cartpole"],
     "ppo_cartpole_ray2": ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2"],
