@@ -31,7 +31,7 @@ def test_the_breakout_env_gives_four_stacked_84x84_grey_frames():
 def test_the_nature_cnn_q_network_takes_stacked_frames_with_rainbows_heads():
     import gymnasium as gym
 
-    from rlrun.algos.dqn import QCNNConfig, QCNNModel
+    from rlrun.models.q_networks import QCNNConfig, QCNNModel
 
     obs = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     m = QCNNModel(obs, gym.spaces.Discrete(4), 4, QCNNConfig(dueling=True, num_atoms=11, noisy=True))

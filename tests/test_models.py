@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlrun.algos.dqn import QMLPConfig, QMLPModel
 from rlrun.models.base import MLPConfig, MLPModel
+from rlrun.models.q_networks import QMLPConfig, QMLPModel
 
 OBS = gym.spaces.Box(-1, 1, (3, 2), np.float32)  # non-flat observations are flattened
 

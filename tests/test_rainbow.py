@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
-from rlrun.algos.dqn import DQNConfig, QMLPConfig, QMLPModel, dqn_actions, epsilon, project_distribution
+from rlrun.algos.dqn import DQNConfig, dqn_actions, epsilon, project_distribution
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.prioritized import PrioritizedReplayBuffer, SumTree
 from rlrun.models.noisy import NoisyLinear
+from rlrun.models.q_networks import QMLPConfig, QMLPModel
 from rlrun.sources.plugins import load_builtins
 
 load_builtins()

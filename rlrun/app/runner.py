@@ -138,8 +138,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
                                  ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
                                  ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
                                  ctx.tracker.experiment_id, ctx.writer_pid,
-                                 ctx.cfg.metrics_num_episodes_for_smoothing).lines()),
-              flush=True)
+                                 ctx.cfg.metrics_num_episodes_for_smoothing).lines()), flush=True)
     return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history.path,
                      ctx.history_start)
 

@@ -34,6 +34,7 @@ def load_builtins() -> None:
     import rlrun.models.cnn
     import rlrun.models.distributions
     import rlrun.models.lstm
+    import rlrun.models.q_networks
     import rlrun.models.twin_q
     import rlrun.policy.optim
     import rlrun.sources.source  # noqa: F401
