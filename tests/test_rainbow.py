@@ -108,6 +108,21 @@ def test_dqn_with_prioritized_replay_weights_its_loss_and_updates_priorities_fro
     assert np.all(leaves > 0)
 
 
+def test_prioritized_replay_with_a_loss_that_gives_no_td_errors_says_what_it_needs():
+    from rlrun.core.errors import PluginError
+    from rlrun.policy.policy import LossOutput
+
+    def plain(policy, model, dist_class, batch):  # a user's loss that knows nothing of priorities
+        q = model(batch[SB.OBS]).dist_inputs.mean()
+        return LossOutput(q, {"q": q})
+
+    cfg = DQNConfig(learning_starts=0, prioritized_replay=True, sgd_minibatch_size=32, training_intensity=32.0)
+    p = make_policy("dqn", OBS, ACT, algo_config=cfg, loss_fn=plain)
+    with pytest.raises(PluginError, match=r"algo.prioritized_replay needs the loss to write each row's TD error "
+                                          r"into its batch as batch\['td_error'\]"):
+        get_algorithm("dqn").learn(p, rows(64), LearnContext(64, 0))
+
+
 # ------------------------------------------------------------------ C51
 def test_c51_projection_matches_a_hand_worked_example():
     """Atoms -1, 0, 1 with probabilities 0.2, 0.5, 0.3, reward 0.5, discount 1: they move to -0.5, 0.5
