@@ -27,7 +27,7 @@ def rows(n: int, start: int = 0) -> SB:
 
 
 # ------------------------------------------------------------------ prioritized replay
-@pytest.mark.parametrize("capacity", [10, 16, 300])  # within one node, exactly one full level, three levels
+@pytest.mark.parametrize("capacity", [10, 16, 300, 70_000])  # one node, one full level, 3 and 5 levels
 def test_the_sum_tree_totals_and_finds_the_leaf_whose_interval_holds_a_mass(capacity):
     t = SumTree(capacity)
     values = np.random.default_rng(0).random(capacity) * (np.arange(capacity) % 3 != 0)  # every third is 0
