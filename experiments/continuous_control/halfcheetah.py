@@ -103,6 +103,14 @@ def sb3_curve(p: subprocess.Popen[str], started: float) -> tuple[list[dict[str, 
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")], wall
 
 
+def keep(args: argparse.Namespace, who: str, seed: int, result: tuple[list[dict[str, float]], float]) -> None:
+    """One half's curve and wall time as soon as it ends: results/<name>.<who>-<seed>.json."""
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    curve, wall = result
+    (out / f"{args.name}.{who}-{seed}.json").write_text(json.dumps({"wall_s": wall, "curve": curve}))
+
+
 def per_10k(curve: list[dict[str, float]], start: int = 20_000) -> float:
     """Seconds per 10k env steps from the first evaluation past ``start`` to the last one."""
     a = next((c for c in curve if c["env_steps"] >= start), curve[0])  # a short run: its first evaluation
@@ -133,7 +141,9 @@ def main() -> None:
             t = time.perf_counter()
             pr = run_rlrun(args.algo, seed, args.steps, args.threads)
             ps = run_sb3(args.algo, seed, args.steps, args.threads)
-            got["rlrun"], got["sb3"] = rlrun_curve(pr, t), sb3_curve(ps, t)
+            got["rlrun"] = rlrun_curve(pr, t)
+            keep(args, "rlrun", seed, got["rlrun"])  # on disk at once: the other half may take much longer
+            got["sb3"] = sb3_curve(ps, t)
         for who, (curve, wall) in got.items():
             row = {"algo": args.algo, "who": who, "seed": seed, "wall_s": round(wall, 1),
                    "s_per_10k": round(per_10k(curve), 1), "final_return": round(curve[-1]["return"], 1),
