@@ -185,6 +185,14 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def without_module(tmp_path, module: str) -> dict[str, str]:
+    """An env for ``run_cli`` in which importing ``module`` fails, as where an extra is not installed."""
+    blocked = tmp_path / "blocked" / module
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
+    return {"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"}
+
+
 def rlrun_cmd(*args):
     return [sys.executable, "-m", "rlrun", *args]
 

@@ -4,8 +4,6 @@ recording to MLflow, checkpointing and resuming (short runs; the 20k-step runs a
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -13,7 +11,7 @@ import torch
 from rlrun.app.cli import compose
 from rlrun.envs.make import env_from_config
 
-from .conftest import REPO, run_cli, run_summary
+from .conftest import run_cli, run_summary, without_module
 
 
 def test_the_breakout_env_gives_four_stacked_84x84_grey_frames():
@@ -87,11 +85,7 @@ def test_the_atari_presets_run_record_checkpoint_and_resume_into_the_same_mlflow
 
 
 def test_an_atari_env_without_the_atari_extra_names_it(tmp_path):
-    blocked = tmp_path / "blocked" / "ale_py"  # an import of ale_py fails, as where the extra is not installed
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise ImportError(\"No module named 'ale_py'\")\n")
-    p = run_cli(["+experiment=ppo_breakout", "tracking=none"], tmp_path,
-                env={"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"})
+    p = run_cli(["+experiment=ppo_breakout", "tracking=none"], tmp_path, env=without_module(tmp_path, "ale_py"))
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "env.id: 'ALE/Breakout-v5' needs the ale_py package" in lines[0], lines

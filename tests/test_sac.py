@@ -1,7 +1,6 @@
 """SAC, TD3 and DDPG: the squashed Gaussian, the stacked critics, which parameters each loss term
 reaches, TD3's delayed actor and target updates, acting within the bounds, and bad set-ups refused."""
 
-import os
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +18,7 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.sources.plugins import load_builtins
 
-from .conftest import REPO, run_cli
+from .conftest import run_cli, without_module
 
 load_builtins()
 OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
@@ -181,11 +180,8 @@ def test_bad_sac_set_ups_get_one_line(overrides, says, refuse):
 
 
 def test_a_mujoco_env_without_mujoco_installed_names_the_extra(tmp_path):
-    blocked = tmp_path / "blocked" / "mujoco"  # an import of mujoco fails, as where the extra is not installed
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise ImportError(\"No module named 'mujoco'\")\n")
     p = run_cli(["+experiment=sac_inverted_pendulum", "tracking=none"], tmp_path,
-                env={"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"})
+                env=without_module(tmp_path, "mujoco"))
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rlrun: error: env.id: InvertedPendulum-v5 is a MuJoCo env"), lines
