@@ -79,9 +79,17 @@ def test_the_atari_presets_run_record_checkpoint_and_resume_into_the_same_mlflow
     assert t["run_id"] == s["run_id"] and int(t["steps"]) >= 1024
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     steps = [m.value for m in client.get_metric_history(s["run_id"], "timesteps_total")]
-    assert steps == sorted(set(steps)) and steps[-1] >= 1024  # one curve, no step twice
+    assert steps and steps == sorted(set(steps)) and steps[-1] >= 1024, (  # one curve, no step twice
+        steps, _store_contents(client), first.stdout[-1500:], first.stderr[-1500:], again.stdout[-1500:],
+        again.stderr[-1500:])
     returns = client.get_metric_history(s["run_id"], "rollout/episode_return_mean")
     assert returns and all(np.isfinite(m.value) for m in returns)
+
+
+def _store_contents(client):
+    """Every run of the store with its status and metric keys (what a failure message shows)."""
+    return [(r.info.run_id, r.info.status, r.info.experiment_id, sorted(r.data.metrics))
+            for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
 
 
 def test_an_atari_env_without_the_atari_extra_names_it(tmp_path):
