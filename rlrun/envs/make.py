@@ -199,12 +199,18 @@ def route_mujoco_warnings() -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-def _needs_mujoco(env_id: str, e: Exception) -> bool:
-    """``env_id`` is one of gymnasium's MuJoCo envs, and making it failed for want of a module."""
+# gymnasium's envs whose simulator one of rlrun's extras installs: entry-point prefix -> (simulator, extra)
+GYMNASIUM_EXTRAS = {"gymnasium.envs.mujoco": ("MuJoCo", "mujoco"), "gymnasium.envs.box2d": ("Box2D", "box2d")}
+
+
+def _missing_extra(env_id: str, e: Exception) -> tuple[str, str] | None:
+    """``(simulator, extra)`` when ``env_id`` is one of gymnasium's MuJoCo or Box2D envs and making it
+    failed for want of a module; else None."""
     if not isinstance(e, ImportError | gym.error.DependencyNotInstalled):
-        return False
+        return None
     spec = gym.envs.registry.get(env_id)
-    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+    entry = str(spec.entry_point) if spec is not None else ""
+    return next((v for prefix, v in GYMNASIUM_EXTRAS.items() if entry.startswith(prefix)), None)
 
 
 def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str = "auto", steps: int = 3,
@@ -218,9 +224,11 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
     except RegistryError:
         raise
     except Exception as e:
-        if _needs_mujoco(env_id, e):
-            raise PluginError(f"env.id: {env_id} is a MuJoCo env, and MuJoCo is not installed here ({one_line(e)}); "
-                              "install rlrun's mujoco extra: pip install -e \".[mujoco]\"") from None
+        missing = _missing_extra(env_id, e)
+        if missing is not None:
+            sim, extra = missing
+            raise PluginError(f"env.id: {env_id} is a {sim} env, and {sim} is not installed here ({one_line(e)}); "
+                              f"install rlrun's {extra} extra: pip install -e \".[{extra}]\"") from None
         what = "env.wrappers" if wrappers else "env.id"
         raise PluginError(f"{what}: creating {env_id} with {kwargs or {}}{' and its wrappers' if wrappers else ''} "
                           f"failed: {one_line(e)}") from None
