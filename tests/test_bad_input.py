@@ -310,7 +310,7 @@ CASES: dict[str, Case] = {
     "server not listening": c(PPO, "tracking.tracking_uri=http://127.0.0.1:9", tracked=True,
                               expect="tracking.tracking_uri: no MLflow server answers at http://127.0.0.1:9"),
     "resume missing dir": c(PPO, "resume=/nonexistent/ck", expect="resume=/nonexistent/ck: not a checkpoint"),
-    "resume latest none": c(PPO, "resume=latest", expect="resume=latest: no checkpoint under"),
+    "resume latest none": c(PPO, "resume=latest", expect="resume=latest: no checkpoint of experiment"),
     "resume not a checkpoint": c(PPO, "resume=empty", files={"empty/readme.txt": "x"},
                                  expect="missing policy.pt"),
     "ckpt meta not utf8": c(PPO, "resume=ck", checkpoint="meta_not_utf8", expect=["ck/meta.json: not a JSON object"]),

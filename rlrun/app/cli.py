@@ -114,7 +114,7 @@ def sweep_job(cfg: DictConfig) -> float:
                 run_cfg = replace(run_cfg, tracking=replace(
                     run_cfg.tracking, tracking_uri=info.tracking_uri, experiment_name=info.experiment_name,
                     run_name=run_cfg.tracking.run_name or name))
-            result = run(run_cfg, launch_dir=launch_dir, sweep=job)
+            result = run(run_cfg, launch_dir=launch_dir, sweep=job, job_overrides=overrides)
             value = objective_value(run_cfg.objective, result)
             print(f"rlrun: {name}: {run_cfg.objective} = {value:g}", flush=True)
             return value

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from rlrun.app.resume import resumed_from
 from rlrun.config.typed import ConfigError, from_dict
 from rlrun.core.errors import DataError, first_line
 from rlrun.core.registry import RegistryError
-from rlrun.training.checkpoint import CheckpointError, resolve_resume
+from rlrun.training.checkpoint import CheckpointError, load_meta, resolve_resume
 
 USAGE = __doc__.split("\n\n")[1] if __doc__ else ""
 
@@ -47,6 +48,7 @@ class EvalArgs:
     output: str | None = None  # record the episodes as an offline dataset (Parquet) in this directory
     explore: bool = False  # sample actions from the policy's distribution (else greedy): evaluation, video, output
     env: str | None = None  # play on this env id instead of the run's (required for a run without an env)
+    experiment: str | None = None  # checkpoint=latest: the newest single run of this experiment (else of any)
 
 
 EVAL_HELP = """\
@@ -57,7 +59,9 @@ checkpoint belongs to an MLflow run, the result (and the video) are logged to th
 evaluation/<checkpoint>/; otherwise they go to ./rlrun-eval/<checkpoint>/ (or out=).
 
 options (defaults in brackets):
-  checkpoint=...        a checkpoint dir, a run's output dir, an MLflow run id, or latest (required)
+  checkpoint=...        a checkpoint dir, a run's output dir, an MLflow run id, or latest (required):
+                        the newest checkpoint of a single run here (outputs/; sweep jobs are not taken)
+  experiment=NAME       with checkpoint=latest: of a run of this experiment, e.g. ppo_cartpole [any]
   episodes=N            greedy episodes to average [20]
   num_envs=N            envs stepped together [10]
   seed=N                first env seed [0]
@@ -182,7 +186,10 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="rlrun-eval-") as tmp:
         uri = args.tracking_uri or default_tracking_uri(launch_dir)
-        path = resolve_resume(args.checkpoint, launch_dir, uri, Path(tmp) / "download", key="checkpoint")
+        path = resolve_resume(args.checkpoint, launch_dir, uri, Path(tmp) / "download", key="checkpoint",
+                              experiment=args.experiment)
+        if args.checkpoint == "latest":
+            print(f"rlrun-eval: latest: {resumed_from(path, load_meta(path))}", flush=True)
         everyone = load_policies(path, launch_dir)
         loaded = next(iter(everyone.values()))
         policies = {pid: lp.policy for pid, lp in everyone.items()}

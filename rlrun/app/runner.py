@@ -9,9 +9,8 @@ import contextlib
 import math
 import os
 import secrets
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,11 @@ import torch
 import yaml
 
 from rlrun.algos.algorithm import check_algorithm_fits, get_algorithm
+from rlrun.app.resume import resume_checkpoint, resumed_from
 from rlrun.app.run_files import (
     RUN_KEY_META,
     RUN_NAME_META,
     check_output_dir_is_ours,
-    check_state_fits,
     default_output_dir,
     write_checkpoint,
 )
@@ -42,16 +41,10 @@ from rlrun.policy.policy_map import run_spaces
 from rlrun.sources.offline_input import check_input
 from rlrun.sources.plugins import load_plugins
 from rlrun.tracking.mlflow_runs import RUN_KEY_TAG
-from rlrun.tracking.pending import PENDING_FILE, finish_pending
+from rlrun.tracking.pending import PENDING_FILE
 from rlrun.tracking.progress import ProgressLine, Summary
-from rlrun.tracking.tracker import Tracker, TrackingError, default_tracking_uri, make_tracker
-from rlrun.training.checkpoint import (
-    Checkpoint,
-    check_resumable,
-    load_checkpoint,
-    remove_dead_writes,
-    resolve_resume,
-)
+from rlrun.tracking.tracker import Tracker, TrackingError, make_tracker
+from rlrun.training.checkpoint import Checkpoint
 from rlrun.training.export import save_actors
 from rlrun.training.ope import check_evaluation_data
 from rlrun.training.trainer import Trainer
@@ -90,14 +83,16 @@ def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
 
 
 def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None,
-        sweep: SweepJob | None = None, background_finish: bool = False) -> RunResult:
+        sweep: SweepJob | None = None, background_finish: bool = False,
+        job_overrides: Sequence[str] | None = None) -> RunResult:
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
     makes the MLflow run a child of a sweep's parent run (see rlrun/app/sweep.py). ``background_finish``
     (the ``rlrun`` command, ``tracking.wait: false``): a finished run returns without waiting for
-    the MLflow writer's last work (see rlrun/tracking/pending.py)."""
+    the MLflow writer's last work (see rlrun/tracking/pending.py). ``job_overrides``: a sweep job's
+    overrides (its ``resume=latest`` is its own job's checkpoint)."""
     t0 = time.monotonic()
-    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep)
+    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep, job_overrides)
     ctx.background_finish = background_finish
     interrupted: KeyboardInterrupt | None = None
     failed: BaseException | None = None
@@ -133,12 +128,12 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
             raise RunInterrupted(isinstance(interrupted, Terminated),
                                  str(ctx.checkpoint) if ctx.checkpoint_written else None) from interrupted
     met = target_met(ctx.cfg.stop, ctx.result)
-    if ctx.cfg.progress:
-        print("\n".join(Summary(ctx.reason, met, ctx.results, time.monotonic() - t0, ctx.out_dir,
-                                 ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
-                                 ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
-                                 ctx.tracker.experiment_id, ctx.writer_pid,
-                                 ctx.cfg.metrics_num_episodes_for_smoothing).lines()), flush=True)
+    # progress=false silences the live line only: the summary says where the run went
+    print("\n".join(Summary(ctx.reason, met, ctx.results, time.monotonic() - t0, ctx.out_dir,
+                             ctx.checkpoint if ctx.checkpoint_written else None, ctx.run_name,
+                             ctx.tracker.run_id, ctx.tracker.experiment_name or "", ctx.tracker.uri,
+                             ctx.tracker.experiment_id, ctx.writer_pid,
+                             ctx.cfg.metrics_num_episodes_for_smoothing, ctx.resumed_from).lines()), flush=True)
     return RunResult(ctx.result, ctx.reason, met, ctx.checkpoint, ctx.out_dir, ctx.tracker.run_id, ctx.history.path,
                      ctx.history_start)
 
@@ -167,6 +162,7 @@ class _RunContext:
     checkpoint: Path = Path()
     run_name: str | None = None
     run_key: str = ""  # rlrun.run_key: names the MLflow run before it exists (see write_checkpoint)
+    resumed_from: str | None = None  # the checkpoint it continued, its iteration, steps and MLflow run
     used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
     background_finish: bool = False
     writer_pid: int | None = None  # the MLflow writer still finishing the run after run() returns
@@ -189,7 +185,8 @@ def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> No
             check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
 
 
-def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None) -> _RunContext:
+def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,
+           job_overrides: Sequence[str] | None = None) -> _RunContext:
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
@@ -208,19 +205,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         raise ConfigError(f"output_dir: cannot write to {out_dir}: {e.strerror or e}") from None
     _check_store_dir(cfg)
     config_dict = to_dict(cfg)
-    resumed, changes, resume_path = None, {}, None
-    if cfg.resume:  # resolved and checked before anything starts
-        uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
-        resume_path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from")
-        resumed = load_checkpoint(resume_path)
-        changes = check_resumable(resumed.config, config_dict, resume_path)
-        check_state_fits(resumed, cfg, launch, resume_path)  # before MLflow is touched: a refusal changes nothing
-        remove_dead_writes(resume_path.parent)  # what a kill during the resumed run's last write left
-        try:
-            if said := finish_pending(resume_path):
-                print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
-        except TimeoutError as e:
-            raise TrackingError(f"resume={cfg.resume}: {e}") from None
+    resumed, changes, resume_path = resume_checkpoint(cfg, launch, out_dir, config_dict, job_overrides)
+    resumed_text = resumed_from(resume_path, resumed.meta) if resumed and resume_path else None
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     # the run's own name, in every checkpoint from the first on: a resumed run keeps it
     run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)
@@ -246,7 +232,7 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     history = MetricHistory(out_dir / HISTORY_FILE, rows)
     return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
                        checkpoint=out_dir / "checkpoints", history=history, history_start=len(history),
-                       run_name=run_name, run_key=run_key)
+                       run_name=run_name, run_key=run_key, resumed_from=resumed_text)
 
 
 def _replay_history(ctx: _RunContext) -> None:

@@ -113,6 +113,7 @@ class Summary:
     experiment_id: str | None = None
     writer_pid: int | None = None  # the MLflow writer still finishing the run in the background
     window: int = 100  # metrics_num_episodes_for_smoothing: the episodes the training return averages
+    resumed_from: str | None = None  # a resumed run: the checkpoint it continued (rlrun/app/resume.py)
 
     def _policy_lines(self, last: Mapping[str, float]) -> list[str]:
         """Multi-agent runs: each policy's return (its agents' episodes); the line above sums all agents."""
@@ -134,7 +135,8 @@ class Summary:
                + (f"; greedy eval {evals[-1]:.1f}" if evals else ""),
                *self._policy_lines(last),
                f"  env steps  {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",
-               f"  output     {self.output_dir}"]
+               f"  output     {self.output_dir}",
+               *([f"  resumed    {self.resumed_from}"] if self.resumed_from else [])]
         if self.checkpoint is not None:
             out.append(f"  checkpoint {self.checkpoint}")
         uri = self.tracking_uri or ""

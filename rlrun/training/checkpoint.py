@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -90,6 +91,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     return Checkpoint(_load_tensors(path / TENSORS_FILE), meta, config, _checked_history(path))
 
 
+def load_meta(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's ``meta.json`` alone (its iteration, steps, run name and id)."""
+    return _read_mapping(Path(path) / META_FILE, json.loads, "a JSON object")
+
+
 def _read_mapping(path: Path, parse: Any, what: str) -> dict[str, Any]:
     try:
         data = parse(path.read_text(encoding="utf-8"))
@@ -137,8 +143,9 @@ def _checked_history(path: Path) -> Path | None:
 
 # --------------------------------------------------------------------------- resume
 # Config keys that change what a checkpoint's tensors mean: a resume that changes them is refused.
+# The seed too: a resumed run continues its checkpoint's random state, and its MLflow run keeps one seed.
 INCOMPATIBLE_PREFIXES = ("algo.name", "loss.name", "model.", "env.id", "env.kwargs", "env.observation_space",
-                         "env.action_space")
+                         "env.action_space", "seed")
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -158,25 +165,83 @@ def check_resumable(old: dict[str, Any], new: dict[str, Any], where: Path) -> di
     bad = {k: v for k, v in changes.items() if k.startswith(INCOMPATIBLE_PREFIXES)}
     if bad:
         lines = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in bad.items())
-        raise CheckpointError(f"resume: checkpoint {where} cannot continue with this config: {lines}")
+        hint = f" (a resumed run keeps its checkpoint's seed: add seed={bad['seed'][0]})" if "seed" in bad else ""
+        raise CheckpointError(f"resume: checkpoint {where} cannot continue with this config: {lines}{hint}")
     return changes
 
 
-def find_latest_checkpoint(launch_dir: Path, key: str = "resume") -> Path:
-    """The newest complete ``checkpoints/iter_*`` under the launch dir's Hydra output folders."""
-    found = [p.parent for pattern in ("outputs/**/checkpoints/iter_*/meta.json",
-                                      "multirun/**/checkpoints/iter_*/meta.json")
-             for p in launch_dir.glob(pattern)]
-    if not found:
-        raise CheckpointError(f"{key}=latest: no checkpoint under {launch_dir}/outputs or {launch_dir}/multirun")
-    return max(found, key=lambda p: ((p / META_FILE).stat().st_mtime, p.name))
+# what makes two runs "the same experiment" for ``latest``
+IDENTITY_KEYS = ("experiment", "algo.name", "env.id")
+# a sweep job's overrides of these keys do not make it another job (``latest``: the job's own checkpoint)
+NOT_IDENTITY = ("resume", "stop", "progress", "output_dir", "tracking", "checkpoint", "hydra", "experiment")
+
+
+def job_keys(overrides: Sequence[str]) -> list[str]:
+    """The config keys a sweep job's overrides set (``seed=1 algo.lr=1e-3`` -> ``seed``, ``algo.lr``),
+    less those that do not tell one job from another (stop, resume, tracking, ...)."""
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o or o.startswith("~")]
+    return [k for k in keys if k.split(".", 1)[0].split("@", 1)[0] not in NOT_IDENTITY]
+
+
+def _describe(want: dict[str, Any] | None, keys: Sequence[str]) -> str:
+    if want is None:
+        return "a single run"
+    what = f"experiment {want.get('experiment')!r} (algo {want.get('algo.name')}, env {want.get('env.id')}"
+    what += "".join(f", {k}={want.get(k)!r}" for k in ("seed", *keys) if k != "seed" or "seed" in want)
+    return what + ")"
+
+
+def find_latest_checkpoint(launch_dir: Path, config: dict[str, Any] | None, sweep_job: Sequence[str] | None = None,
+                           key: str = "resume", experiment: str | None = None) -> Path:
+    """``latest``: the newest complete ``checkpoints/iter_*`` of a single run (under ``outputs/``) of the
+    same experiment - its ``experiment``, ``algo.name``, ``env.id`` and ``seed`` equal ``config``'s - in
+    the launch dir. A sweep job (``sweep_job``: its overrides) takes its own job's checkpoint instead:
+    under ``multirun/``, with the same values of the keys its overrides set. ``config`` None: any single
+    run (of ``experiment``, when given)."""
+    from rlrun.core.provenance import flatten
+
+    want = flatten(config) if config is not None else ({"experiment": experiment} if experiment else None)
+    keys = job_keys(sweep_job) if sweep_job is not None else []
+    root = launch_dir / ("multirun" if sweep_job is not None else "outputs")
+    identity: dict[Path, dict[str, Any] | None] = {}  # per run dir: its config (the same in each of its checkpoints)
+    matching: list[Path] = []
+    other_seeds: set[Any] = set()
+    for meta in root.glob("**/checkpoints/iter_*/meta.json"):
+        cp = meta.parent
+        run_dir = cp.parent.parent
+        if run_dir not in identity:
+            try:
+                identity[run_dir] = flatten(yaml.safe_load((cp / CONFIG_FILE).read_text()) or {})
+            except (OSError, yaml.YAMLError, AttributeError):
+                identity[run_dir] = None  # not one of ours, or half written: never a candidate
+        have = identity[run_dir]
+        if have is None:
+            continue
+        if want is not None:
+            if any(have.get(k) != want.get(k) for k in IDENTITY_KEYS if k in want):
+                continue
+            other_seed = "seed" in want and have.get("seed") != want.get("seed")
+            if other_seed or any(have.get(k) != want.get(k) for k in keys):
+                other_seeds.add(have.get("seed"))
+                continue
+        matching.append(cp)
+    if not matching:
+        where = "sweep jobs" if sweep_job is not None else "single runs"
+        seeds = sorted(str(x) for x in other_seeds if x is not None)
+        add = f"seed={seeds[0]}" if len(seeds) == 1 else "seed=<n>"
+        hint = f"; its runs there have seed {', '.join(seeds)} (add {add})" if sweep_job is None and seeds else ""
+        raise CheckpointError(f"{key}=latest: no checkpoint of {_describe(want, keys)} among the {where} under "
+                              f"{root}{hint}")
+    return max(matching, key=lambda p: ((p / META_FILE).stat().st_mtime, p.name))
 
 
 def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, download_to: Path,
-                   key: str = "resume") -> Path:
-    """``<key>=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory."""
+                   key: str = "resume", config: dict[str, Any] | None = None,
+                   sweep_job: Sequence[str] | None = None, experiment: str | None = None) -> Path:
+    """``<key>=<checkpoint dir | MLflow run id | latest>`` -> a local checkpoint directory (``latest``:
+    see ``find_latest_checkpoint``)."""
     if spec == "latest":
-        return find_latest_checkpoint(launch_dir, key)
+        return find_latest_checkpoint(launch_dir, config, sweep_job, key, experiment)
     path = Path(spec).expanduser()
     if not path.is_absolute():
         path = launch_dir / path

@@ -1,0 +1,48 @@
+"""Resuming a run: which checkpoint ``resume=<dir | run output dir | MLflow run id | latest>`` names,
+whether this config may continue it, and the line that says which one, before anything trains."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlrun.app.run_files import RUN_NAME_META, check_state_fits
+from rlrun.config.schemas import RunConfig
+from rlrun.tracking.pending import finish_pending
+from rlrun.tracking.tracker import TrackingError, default_tracking_uri
+from rlrun.training.checkpoint import Checkpoint, check_resumable, load_checkpoint, remove_dead_writes, resolve_resume
+
+
+def resume_checkpoint(cfg: RunConfig, launch: Path, out_dir: Path, config_dict: dict[str, Any],
+                      job_overrides: Sequence[str] | None) -> tuple[Checkpoint | None, dict[str, Any], Path | None]:
+    """``(checkpoint, harmless config changes, its dir)`` of ``cfg.resume`` (all None / empty without one),
+    resolved and checked before anything starts: a refusal changes nothing. ``job_overrides``: a sweep
+    job's overrides (its ``latest`` is its own job's checkpoint)."""
+    if not cfg.resume:
+        return None, {}, None
+    uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
+    path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from", config=config_dict,
+                          sweep_job=job_overrides)
+    resumed = load_checkpoint(path)
+    changes = check_resumable(resumed.config, config_dict, path)
+    check_state_fits(resumed, cfg, launch, path)
+    remove_dead_writes(path.parent)  # what a kill during the resumed run's last write left
+    try:
+        if said := finish_pending(path):
+            print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
+    except TimeoutError as e:
+        raise TrackingError(f"resume={cfg.resume}: {e}") from None
+    print(f"rlrun: resuming {resumed_from(path, resumed.meta)}", flush=True)
+    return resumed, changes, path
+
+
+def resumed_from(path: Path, meta: Mapping[str, Any]) -> str:
+    """``<checkpoint>: iteration 12, 24,576 env steps, MLflow run '<name>' (<id>)``."""
+    name, run_id = meta.get(RUN_NAME_META), meta.get("mlflow_run_id")
+    run = (f"MLflow run '{name}'" if name else "MLflow run") + (f" ({run_id})" if run_id else "")
+    steps = meta.get("timesteps_total")
+    counted = f", {int(steps):,} env steps" if isinstance(steps, int | float) else ""
+    return f"{path}: iteration {meta.get('training_iteration', '?')}{counted}, " + \
+        (run if name or run_id else "no MLflow run")
