@@ -262,7 +262,8 @@ CASES: dict[str, Case] = {
     # ---------------------------------------------------------------- Hydra-level mistakes
     "experiment without plus": c("experiment=ppo_cartpole", expect=["experiment", "+experiment=<name>"]),
     "unknown key without plus": c(PPO, "env.kwargs.x=1", expect=["env.kwargs.x: unknown key", "+env.kwargs.x="]),
-    "unknown algo key": c(PPO, "algo.lrr=1", expect=["algo.lrr: unknown key", "did you mean 'lr'"]),
+    "unknown algo key": c(PPO, "algo.lrr=1", expect=["algo.lrr: unknown key", "did you mean algo.lr?"]),
+    "another algo's key": c(PPO, "algo.double_q=true", expect="algo.double_q: a key of algo dqn, not of algo ppo"),
     "unknown key with plus": c(PPO, "+algo.num_sgd_iters=3", expect=["algo.num_sgd_iters: unknown key",
                                                                     "num_sgd_iter"]),
     "grammar slash": c(PPO, "~stop.rollout/episode_return_mean", expect=["'~stop.rollout/episode_return_mean'",

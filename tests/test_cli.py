@@ -65,6 +65,35 @@ def test_common_mistakes_get_one_line_with_the_fix(refuse, tmp_path, args, hint)
     assert hint in lines[0], lines[0]
 
 
+@pytest.mark.parametrize(("preset", "bad", "section", "name"), [
+    ("ppo_cartpole", "algo.lrr", "algo", "ppo"),
+    ("dqn_cartpole", "algo.gama", "algo", "dqn"),
+    ("ppo_cartpole", "loss.clip_parm", "loss", "ppo_clip"),
+    ("sac_pendulum", "algo.tauu", "algo", "sac"),
+])
+def test_an_unknown_key_offers_this_runs_own_keys_and_a_suggestion_that_runs(refuse, preset, bad, section, name):
+    from dataclasses import fields
+
+    from rlrun.core.registry import ALGOS, LOSSES
+
+    p = refuse(f"+experiment={preset}", f"{bad}=0.1", "tracking=none")
+    (line,) = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and line.startswith(f"rlrun: error: {bad}: unknown key (did you mean "), line
+    suggested = line.split("did you mean ")[1].split("?")[0]
+    compose([f"+experiment={preset}", f"{suggested}=0.1"])  # the suggestion, as printed, is accepted
+    own = [f.name for f in fields((ALGOS if section == "algo" else LOSSES).entry(name).config_cls)]
+    assert line.endswith(f"Valid keys for {section} {name}: {', '.join(own)}.")  # this run's keys, no other's
+    assert "+" + bad not in line  # no "+algo.lrr=...": the schema refuses new keys
+
+
+def test_another_algorithms_key_names_its_algorithm(refuse):
+    p = refuse("+experiment=ppo_cartpole", "algo.double_q=true", "tracking=none")
+    (line,) = p.stderr.strip().splitlines()
+    assert p.returncode == 2
+    assert line.startswith("rlrun: error: algo.double_q: a key of algo dqn, not of algo ppo (this run's algo)."), line
+    assert "double_q" not in line.split("Valid keys for algo ppo: ")[1]
+
+
 def test_help_is_rlruns_own_and_version_names_the_stack(cli):
     p = cli("--help")
     assert p.returncode == 0 and p.stdout.startswith("usage: rlrun "), p.stdout[:500]

@@ -4,6 +4,7 @@ files) as rlrun's one-line messages with the fix, instead of Hydra's multi-line 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import typing
 
@@ -28,13 +29,13 @@ def hydra_error_line(e: BaseException, overrides: list[str]) -> str | None:
         known = f"; known: {', '.join(options)}" if options else ""
         return f"no config file '{missing}'{suggest(missing.rpartition('/')[2], options)}{known}"
     if isinstance(e, ConfigCompositionException):
-        return _composition_line(text)
+        return _composition_line(text, overrides)
     if type(e).__module__.startswith("yaml"):
         return f"a YAML file does not parse: {' '.join(text.split())[:400]}"
     return None
 
 
-def _composition_line(text: str) -> str:
+def _composition_line(text: str, overrides: list[str]) -> str:
     m = re.match(r"Could not override '([^']+)'", text)
     if m and "No match in the defaults list" in text:
         group = m[1]
@@ -43,6 +44,8 @@ def _composition_line(text: str) -> str:
     if m:
         key = m[1]
         section, _, leaf = key.rpartition(".")
+        if section in SCHEMA_SECTIONS and (chosen := chosen_schema(section, overrides, key)) is not None:
+            return _unknown_schema_key(key, *chosen)
         known = known_keys(section)
         if leaf in known:  # an existing mapping (multiagent.policies, env.kwargs): Hydra will not merge new keys in
             return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
@@ -87,6 +90,62 @@ def _registered_keys(section: str) -> list[str]:
         if cls is not None:
             out += [f.name for f in dataclasses.fields(cls)]
     return out
+
+
+SCHEMA_SECTIONS = ("algo", "loss", "model")  # each run's own config class: the registered algo's, loss's, model's
+
+
+def chosen_schema(section: str, overrides: list[str],
+                  bad_key: str) -> tuple[str, list[str], dict[str, list[str]]] | None:
+    """For an unknown ``algo.<key>`` (``loss.``, ``model.``): the name this run chose for the section (the
+    config composed without the bad override), that choice's keys, and every other registered choice's
+    keys. None where it cannot be told (the rest does not compose, a plugin not loaded)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rlrun.config.schemas import RunConfig
+    from rlrun.core.registry import ALGOS, LOSSES, MODELS
+    from rlrun.sources.plugins import load_builtins
+
+    parser = OverridesParser.create()
+    try:  # the other overrides, one value each (a sweep's first)
+        rest = [o for o in parser.parse_overrides(overrides)
+                if o.key_or_group != bad_key and not o.key_or_group.startswith("hydra")]
+        args = [o.input_line for o in rest if not o.is_sweep_override() and o.input_line]
+        GlobalHydra.instance().clear()
+        with initialize_config_module("rlrun.conf", version_base="1.3"):
+            name = str(compose("config", overrides=args)[section]["name"])
+    except Exception:
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+    load_builtins()
+    registry = {"algo": ALGOS, "loss": LOSSES, "model": MODELS}[section]
+    base = [f.name for f in dataclasses.fields(typing.get_type_hints(RunConfig)[section])]
+
+    def keys(choice: str) -> list[str]:
+        cls = registry.entry(choice).config_cls if choice in registry.names() else None
+        return [f.name for f in dataclasses.fields(cls)] if cls is not None else base
+    if name not in registry.names():
+        return None
+    return name, keys(name), {n: keys(n) for n in registry.names() if n != name}
+
+
+def _unknown_schema_key(key: str, name: str, known: list[str], others: dict[str, list[str]]) -> str:
+    """``algo.double_q`` on PPO: whose key it is; ``algo.lrr``: the closest of PPO's own keys, as an override."""
+    section, _, leaf = key.rpartition(".")
+    valid = f"Valid keys for {section} {name}: {', '.join(known)}."
+    if leaf in known:  # an existing mapping (model.custom_kwargs ...): Hydra will not merge new keys in
+        return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
+                f"or add one entry with +{key}.<name>=<value>")
+    owners = sorted(n for n, ks in others.items() if leaf in ks)
+    if owners:
+        whose = ", ".join(owners)
+        return f"{key}: a key of {section} {whose}, not of {section} {name} (this run's {section}). {valid}"
+    close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.5)
+    hint = f" (did you mean {section}.{close[0]}?)" if close else ""
+    return f"{key}: unknown key{hint}. {valid}"
 
 
 def _unparsable(overrides: list[str]) -> str | None:
