@@ -132,3 +132,23 @@ def test_local_checkpoints_stay_bounded_while_uploads_lag(tmp_path):
     assert most[0] <= 2 * 2 + 1, most[0]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert len(client.list_artifacts(result.run_id, "checkpoints")) == 40  # MLflow has every one
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_live_progress_line_fits_the_terminal_whole(width):
+    import io
+
+    from rich.console import Console
+
+    from rlrun.tracking.progress import ProgressLine
+
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, record=True)
+    line = ProgressLine(stop={"timesteps_total": 100000, "rollout/episode_return_mean": 475}, console=console)
+    line.update({"training_iteration": 87, "timesteps_total": 90842, "rollout/episode_return_mean": 475.5,
+                 "time/env_steps_per_s": 12345.0, "time_total_s": 7.3})
+    console.export_text(clear=True)  # what the bar showed before the update
+    line._bar.refresh()
+    shown = console.export_text().strip("\n")
+    line._bar.stop()
+    assert "…" not in shown and len(shown) <= width, shown  # rich cut nothing
+    assert "90,842" in shown and "475.50/475" in shown.replace(" / ", "/") and "12,345" in shown, shown

@@ -18,15 +18,20 @@ LOSS = "train/loss/total"
 BUDGETS = ("timesteps_total", "training_iteration", "time_total_s", "episodes_total")  # first set one wins
 
 
+BAR_WIDTH = 20  # the live line's bar, in columns
+OTHER_COLUMNS = 19  # its percentage, elapsed time and the spaces between columns
+
+
 class ProgressLine:
     """On a terminal, a rich progress bar against the run's budget (the first counter in ``stop``)
     with the return against the target; otherwise one plain line every ``every_s`` seconds. An
     evaluation result is always printed on a line of its own."""
 
     def __init__(self, enabled: bool = True, every_s: float = 5.0, stop: Mapping[str, float] | None = None,
-                 evaluated: bool = True) -> None:
+                 evaluated: bool = True, console: Any = None) -> None:
         self.enabled = enabled
-        self.tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+        self.console = console  # rich's Console for the live line (None: the terminal's)
+        self.tty = console is not None or (sys.stdout.isatty() and os.environ.get("TERM") != "dumb")
         self.every_s = every_s
         self.stop = dict(stop or {})
         self._last = 0.0
@@ -36,7 +41,7 @@ class ProgressLine:
         self._last_eval = math.nan  # an offline run shows its last greedy return: it samples no episodes
         self.evaluated = evaluated  # False (evaluation.interval 0): an offline run shows its training loss
 
-    def _text(self, r: Mapping[str, float]) -> str:
+    def _text(self, r: Mapping[str, float], compact: bool = False) -> str:
         # the return the run is stopped on (a multi-agent run's rollout/<policy>/...), else the episode return
         key = next((k for k in self.stop if k.startswith("rollout/") and k.endswith("episode_return_mean")), RETURN)
         label = "return" if key == RETURN else f"{key.split('/')[1]} return"
@@ -47,6 +52,9 @@ class ProgressLine:
             if not self.evaluated:  # no greedy return to show (e.g. no env): the training loss
                 key, label, ret = LOSS, "loss", r.get(LOSS, math.nan)
         target = f" / {self.stop[key]:g}" if key in self.stop else ""
+        if compact:  # a narrow terminal's live line: ~50 columns
+            return (f"iter {int(r['training_iteration'])}  {int(r['timesteps_total']):,} {steps}  {label} {ret:.2f}"
+                    f"{target.replace(' ', '')}  {r.get('time/env_steps_per_s', 0.0):,.0f}/s")
         return (f"iter {int(r['training_iteration']):>5}  {steps} {int(r['timesteps_total']):>9,}  "
                 f"{label} {ret:8.2f}{target}  {r.get('time/env_steps_per_s', 0.0):>8,.0f} {steps}/s  "
                 f"{r['time_total_s']:7.1f} s")
@@ -76,11 +84,14 @@ class ProgressLine:
         if self._bar is None:
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                                 TimeElapsedColumn(), transient=True)
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=BAR_WIDTH),
+                                 TaskProgressColumn(), TimeElapsedColumn(), transient=True, console=self.console)
             self._task = self._bar.add_task("", total=budget[1] if budget else None)
             self._bar.start()
-        self._bar.update(self._task, completed=r.get(budget[0], 0.0) if budget else 0.0, description=self._text(r))
+        text = self._text(r)
+        if len(text) + BAR_WIDTH + OTHER_COLUMNS > self._bar.console.width:  # rich would cut it: the short form
+            text = self._text(r, compact=True)
+        self._bar.update(self._task, completed=r.get(budget[0], 0.0) if budget else 0.0, description=text)
 
     def _print(self, line: str) -> None:
         if self._bar is not None:
