@@ -238,7 +238,7 @@ def run_summary(stdout: str) -> dict[str, str]:
         key, _, value = ln.strip().partition(" ")
         out[key] = value.strip()
     out["final"] = out["return"].split("final ")[1].split(",")[0] if "final " in out["return"] else "nan"
-    out["steps"] = out.pop("env").split()[1].replace(",", "")
+    out["steps"] = (out.pop("env", None) or out.pop("rows")).split()[1].replace(",", "")  # env steps / rows read
     if "MLflow" in out and out["MLflow"].endswith("(being created)"):  # the run id came after the summary
         m = re.fullmatch(r"run '(.*)' in experiment '(.*)' \(being created\)", out["MLflow"])
         out["run_name"], out["experiment"] = m[1], m[2]

@@ -152,3 +152,20 @@ def test_the_live_progress_line_fits_the_terminal_whole(width):
     line._bar.stop()
     assert "…" not in shown and len(shown) <= width, shown  # rich cut nothing
     assert "90,842" in shown and "475.50/475" in shown.replace(" / ", "/") and "12,345" in shown, shown
+
+
+def test_the_summary_labels_what_it_counts(tmp_path):
+    from rlrun.tracking.progress import Summary
+
+    def lines(row):
+        return Summary("done", False, [row], 1.0, tmp_path, None, None, None, "e", None, window=10).lines()
+
+    game = lines({"rollout/episode_return_mean": 0.0, "rollout/p0/episode_return_mean": 3.0,
+                  "rollout/p1/episode_return_mean": -3.0, "timesteps_total": 64.0})
+    assert "(every agent's rewards summed, mean of the last 10 episodes)" in game[1]  # 0 in a zero-sum game
+    assert game[2:5] == ["  policies   (their agents' episode returns)", "    p0: final 3.0, best 3.0",
+                         "    p1: final -3.0, best -3.0"]
+    offline = lines({"offline/rows_read": 5000.0, "timesteps_total": 5000.0, "rollout/episode_return_mean": 1.0})
+    assert offline[2] == "  rows read  5,000 in 1.0 s" and "(mean of the last 10 episodes)" in offline[1]
+    single = lines({"rollout/episode_return_mean": 1.0, "timesteps_total": 64.0})
+    assert single[2] == "  env steps  64 in 1.0 s"

@@ -141,11 +141,14 @@ class Summary:
         returns = [h[RETURN] for h in self.history if not math.isnan(h.get(RETURN, math.nan))]
         evals = [h[EVAL_RETURN] for h in self.history if EVAL_RETURN in h]
         ret = f"final {returns[-1]:.1f}, best {max(returns):.1f}" if returns else "no episode finished"
+        policies = self._policy_lines(last)
+        summed = "every agent's rewards summed, " if policies else ""  # a zero-sum game's is 0: see each policy's
+        counted = "rows read" if "offline/rows_read" in last else "env steps"  # an offline run counts rows
         out = [f"rlrun: stopped: {self.reason}{' (target met)' if self.target_met else ''}",
-               f"  return     {ret} (mean of the last {self.window} episodes)"
+               f"  return     {ret} ({summed}mean of the last {self.window} episodes)"
                + (f"; greedy eval {evals[-1]:.1f}" if evals else ""),
-               *self._policy_lines(last),
-               f"  env steps  {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",
+               *policies,
+               f"  {counted:<10} {int(last.get('timesteps_total', 0)):,} in {self.wall_s:.1f} s",
                f"  output     {self.output_dir}",
                *([f"  resumed    {self.resumed_from}"] if self.resumed_from else [])]
         if self.checkpoint is not None:
