@@ -202,12 +202,23 @@ def ctrl_c_reaches_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def without_module(tmp_path, module: str) -> dict[str, str]:
-    """An env for ``run_cli`` in which importing ``module`` fails, as where an extra is not installed."""
-    blocked = tmp_path / "blocked" / module
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text(f"raise ImportError(\"No module named '{module}'\")\n")
-    return {"PYTHONPATH": f"{blocked.parent}{os.pathsep}{REPO}"}
+def without_module(tmp_path, *modules: str) -> dict[str, str]:
+    """An env for ``run_cli`` in which ``modules`` (and their submodules) are not there, as where an extra
+    is not installed: a ``sitecustomize`` on PYTHONPATH puts a finder first that says so for them."""
+    blocked = tmp_path / "blocked"
+    blocked.mkdir(parents=True, exist_ok=True)
+    (blocked / "sitecustomize.py").write_text(textwrap.dedent(f"""\
+        import sys
+
+        class _NotInstalled:
+            def find_spec(self, name, path=None, target=None):
+                if any(name == m or name.startswith(m + ".") for m in {list(modules)!r}):
+                    raise ModuleNotFoundError(f"No module named '{{name}}'", name=name)
+                return None
+
+        sys.meta_path.insert(0, _NotInstalled())
+        """))
+    return {"PYTHONPATH": f"{blocked}{os.pathsep}{REPO}"}
 
 
 def rlrun_cmd(*args):

@@ -8,7 +8,12 @@ import difflib
 import re
 import typing
 
+from rlrun.config.extras import available, install_hint
 from rlrun.core.errors import suggest
+
+# Hydra config options that a plugin of one of rlrun's extras provides
+HYDRA_PLUGINS = {"hydra/launcher/ray": "hydra_plugins.hydra_ray_launcher",
+                 "hydra/sweeper/optuna": "hydra_plugins.hydra_optuna_sweeper"}
 
 
 def hydra_error_line(e: BaseException, overrides: list[str]) -> str | None:
@@ -26,6 +31,9 @@ def hydra_error_line(e: BaseException, overrides: list[str]) -> str | None:
         m = re.search(r"Could not find '([^']+)'", text)
         options = re.findall(r"^\t(\S+)$", text, flags=re.M)
         missing = m[1] if m else text.splitlines()[0]
+        plugin = HYDRA_PLUGINS.get(missing)
+        if plugin is not None and not available(plugin):  # an extra's Hydra plugin that is not installed
+            return f"{missing}: Hydra's plugin {plugin} is not installed; {install_hint(plugin)}"
         known = f"; known: {', '.join(options)}" if options else ""
         return f"no config file '{missing}'{suggest(missing.rpartition('/')[2], options)}{known}"
     if isinstance(e, ConfigCompositionException):

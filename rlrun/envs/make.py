@@ -15,13 +15,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlrun.config.extras import install_hint
 from rlrun.core.errors import PluginError, one_line
 from rlrun.core.registry import ENVS, RegistryError, suggest
 from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
 ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid", "ALE/": "ale_py"}
-EXTRAS = {"ale_py": "atari"}  # packages that one of rlrun's extras installs: pip install -e ".[<extra>]"
 
 
 def _import_env_package(env_id: str) -> None:
@@ -33,8 +33,7 @@ def _import_env_package(env_id: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
-        fix = f'install rlrun\'s {EXTRAS[module]} extra: pip install -e ".[{EXTRAS[module]}]"' if module in EXTRAS \
-            else f"pip install {module}"
+        fix = install_hint(module)
         raise RegistryError(f"env.id: '{env_id}' needs the {module} package, which cannot be imported ({e}); "
                             f"{fix}") from None
 

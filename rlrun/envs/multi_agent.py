@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from rlrun.config.extras import EXTRA_OF, install_hint
 from rlrun.config.multi_agent import PETTINGZOO
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
@@ -79,7 +80,9 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
         try:
             module = importlib.import_module(module_name)
         except ImportError as e:
-            raise RegistryError(f"env.id: cannot import '{module_name}' for {env_id}: {e}") from None
+            missing = getattr(e, "name", None) or module_name
+            fix = f"; {install_hint(missing)}" if missing.split(".", 1)[0] in EXTRA_OF else ""
+            raise RegistryError(f"env.id: cannot import '{module_name}' for {env_id}: {e}{fix}") from None
         try:
             if hasattr(module, "parallel_env"):
                 return module.parallel_env(**kwargs)

@@ -113,6 +113,7 @@ def check_config(cfg: RunConfig, for_run: bool = True) -> RunConfig:
     value ranges. Returns the config with ``auto`` rollout sizes resolved (``cfg`` is not changed)."""
     check_domains(cfg)
     _check_run_values(cfg)
+    _check_extras(cfg)
     if for_run:
         check_resources(cfg)  # sizes this machine cannot hold, named by the key the user set
     cfg = replace(cfg, rollout=resolve_auto_sizes(cfg.rollout, cfg.algo.train_batch_size))
@@ -123,6 +124,23 @@ def check_config(cfg: RunConfig, for_run: bool = True) -> RunConfig:
     r = cfg.rollout
     check_memory(cfg.algo.train_batch_size, int(r.num_envs_per_worker), int(r.rollout_fragment_length))
     return cfg
+
+
+def _check_extras(cfg: RunConfig) -> None:
+    """What this run needs beyond the core install (Ray workers, the policy server, Minari data) is
+    installed: else one line naming the extra, before anything starts."""
+    from rlrun.config.extras import require
+
+    r = cfg.rollout
+    if r.num_workers > 0:
+        require("ray", f"rollout.num_workers={r.num_workers} (Ray workers)")
+    elif r.ray.address is not None:
+        require("ray", f"rollout.ray.address={r.ray.address}")
+    if r.server is not None:
+        require("uvicorn", "rollout=server (the policy server)")
+    for key, value in (("input", cfg.input), ("output", cfg.output)):
+        if isinstance(value, str) and value.startswith(MINARI):
+            require("minari", f"{key}={value}")
 
 
 def _check_minari_output(cfg: RunConfig) -> None:
