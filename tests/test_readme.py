@@ -59,6 +59,14 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmd in (REPO / ".ci" / "run").read_text().splitlines()
 
 
+def test_the_readme_says_how_many_tests_the_suite_has():
+    said = int(re.search(r"; (\d+) tests today", README)[1])
+    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    collected = int(re.search(r"^(\d+) tests? collected", p.stdout, flags=re.M)[1])
+    assert said == collected, f"README says {said} tests, the suite has {collected}"
+
+
 def test_only_the_directory_tree_and_a_run_summary_are_not_runnable():
     # the summary is checked against a real run's in run_bash_command
     assert [b.text.split("\n")[0] for b in BLOCKS if b not in RUNNABLE] == [
