@@ -12,7 +12,8 @@ load_builtins()
 # (overrides, exit code, substrings the message must contain)
 CLI_CASES = [
     (["+algo.num_sgd_iters=3"], 2, ["algo.num_sgd_iters: unknown key", "did you mean 'num_sgd_iter'"]),
-    (["algo.foo=3"], 2, ["algo.foo: unknown key", "+algo.foo=<value>"]),  # Hydra's check of plain overrides
+    # Hydra's check of plain overrides, answered with the run's own algorithm's keys (no "+algo.foo": refused too)
+    (["algo.foo=3"], 2, ["algo.foo: unknown key. Valid keys for algo ppo: name, lr, "]),
     (["algo.lr=abc"], 2, ["algo.lr: expected a number, got 'abc'"]),
     (["algo.num_sgd_iter=2.5"], 2, ["algo.num_sgd_iter: expected an integer, got 2.5"]),
     (["rollout.batch_mode=complete"], 2, ["rollout.batch_mode: 'complete' is not one of",
