@@ -56,8 +56,7 @@ def _composition_line(text: str, overrides: list[str]) -> str:
             return _unknown_schema_key(key, *chosen)
         known = known_keys(section)
         if leaf in known:  # an existing mapping (multiagent.policies, env.kwargs): Hydra will not merge new keys in
-            return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
-                    f"or add one entry with +{key}.<name>=<value>")
+            return _merge_line(key)
         hint = suggest(leaf, known) if known else ""
         valid = f" Valid keys for {section or 'the config'}: {', '.join(known)}." if known else ""
         return (f"{key}: unknown key{hint}.{valid} To add a key that is not in the config use "
@@ -98,6 +97,12 @@ def _registered_keys(section: str) -> list[str]:
         if cls is not None:
             out += [f.name for f in dataclasses.fields(cls)]
     return out
+
+
+def _merge_line(key: str) -> str:
+    """``key`` is an existing mapping (multiagent.policies, env.kwargs): Hydra will not merge new keys in."""
+    return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
+            f"or add one entry with +{key}.<name>=<value>")
 
 
 SCHEMA_SECTIONS = ("algo", "loss", "model")  # each run's own config class: the registered algo's, loss's, model's
@@ -145,8 +150,7 @@ def _unknown_schema_key(key: str, name: str, known: list[str], others: dict[str,
     section, _, leaf = key.rpartition(".")
     valid = f"Valid keys for {section} {name}: {', '.join(known)}."
     if leaf in known:  # an existing mapping (model.custom_kwargs ...): Hydra will not merge new keys in
-        return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
-                f"or add one entry with +{key}.<name>=<value>")
+        return _merge_line(key)
     owners = sorted(n for n, ks in others.items() if leaf in ks)
     if owners:
         whose = ", ".join(owners)

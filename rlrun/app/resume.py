@@ -1,5 +1,5 @@
 """Resuming a run: which checkpoint ``resume=<dir | run output dir | MLflow run id | latest>`` names,
-whether this config may continue it, and the line that says which one, before anything trains."""
+whether this config may continue it, and the text that names it (printed before anything trains)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ def resume_checkpoint(cfg: RunConfig, launch: Path, out_dir: Path, config_dict: 
             print(f"rlrun: before resuming: {said}", file=sys.stderr, flush=True)
     except TimeoutError as e:
         raise TrackingError(f"resume={cfg.resume}: {e}") from None
-    print(f"rlrun: resuming {resumed_from(path, resumed.meta)}", flush=True)
     return resumed, changes, path
 
 

@@ -207,6 +207,8 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     config_dict = to_dict(cfg)
     resumed, changes, resume_path = resume_checkpoint(cfg, launch, out_dir, config_dict, job_overrides)
     resumed_text = resumed_from(resume_path, resumed.meta) if resumed and resume_path else None
+    if resumed_text:
+        print(f"rlrun: resuming {resumed_text}", flush=True)
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     # the run's own name, in every checkpoint from the first on: a resumed run keeps it
     run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)

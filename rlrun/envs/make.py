@@ -198,12 +198,12 @@ def route_mujoco_warnings() -> None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
 
-# gymnasium's envs whose simulator one of rlrun's extras installs: entry-point prefix -> (simulator, extra)
-GYMNASIUM_EXTRAS = {"gymnasium.envs.mujoco": ("MuJoCo", "mujoco"), "gymnasium.envs.box2d": ("Box2D", "box2d")}
+# gymnasium's envs whose simulator one of rlrun's extras installs: entry-point prefix -> (simulator, its module)
+GYMNASIUM_EXTRAS = {"gymnasium.envs.mujoco": ("MuJoCo", "mujoco"), "gymnasium.envs.box2d": ("Box2D", "Box2D")}
 
 
 def _missing_extra(env_id: str, e: Exception) -> tuple[str, str] | None:
-    """``(simulator, extra)`` when ``env_id`` is one of gymnasium's MuJoCo or Box2D envs and making it
+    """``(simulator, module)`` when ``env_id`` is one of gymnasium's MuJoCo or Box2D envs and making it
     failed for want of a module; else None."""
     if not isinstance(e, ImportError | gym.error.DependencyNotInstalled):
         return None
@@ -225,9 +225,9 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
     except Exception as e:
         missing = _missing_extra(env_id, e)
         if missing is not None:
-            sim, extra = missing
+            sim, module = missing
             raise PluginError(f"env.id: {env_id} is a {sim} env, and {sim} is not installed here ({one_line(e)}); "
-                              f"install rlrun's {extra} extra: pip install -e \".[{extra}]\"") from None
+                              f"{install_hint(module)}") from None
         what = "env.wrappers" if wrappers else "env.id"
         raise PluginError(f"{what}: creating {env_id} with {kwargs or {}}{' and its wrappers' if wrappers else ''} "
                           f"failed: {one_line(e)}") from None
