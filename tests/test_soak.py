@@ -64,7 +64,11 @@ def test_a_long_ppo_run_on_ray_workers_holds_its_memory_flat(tmp_path):
                 except psutil.Error:
                     continue
                 if t >= WINDOW[0]:
-                    seen.setdefault(p.pid, (role, []))[1].append(s)
+                    # a Ray worker process names itself after its actor only once the actor is placed
+                    # (``ray::IDLE`` before, ``ray::RolloutWorker...`` after): a pid seen once as a rollout
+                    # worker is one, whatever an earlier sample of it read
+                    first, samples = seen.get(p.pid, (role, []))
+                    seen[p.pid] = ("rollout worker" if "rollout worker" in (first, role) else first, [*samples, s])
             time.sleep(3)
         out, _ = proc.communicate(timeout=240)
     finally:
@@ -72,7 +76,8 @@ def test_a_long_ppo_run_on_ray_workers_holds_its_memory_flat(tmp_path):
             proc.kill()
     assert proc.returncode == 0, out[-3000:]
     roles = sorted(r for r, samples in seen.values() if len(samples) >= 8)
-    assert roles.count("trainer") == 1 and roles.count("writer") == 1 and roles.count("rollout worker") == 2, roles
+    census = {pid: (role, len(samples)) for pid, (role, samples) in seen.items()}
+    assert roles.count("trainer") == 1 and roles.count("writer") == 1 and roles.count("rollout worker") == 2, census
     report = []
     for pid, (role, samples) in sorted(seen.items()):
         if role not in BOUND or len(samples) < 8:
