@@ -100,8 +100,14 @@ def fresh_mlflow_connections():
     and gives its name to the next test of the same prefix: a client of the next test's
     ``<tmp_path>/mlflow.db`` then read the deleted file of the previous one through the cached engine
     (``test_the_atari_presets_run_record_checkpoint_and_resume...[ppo_breakout]`` found none of its runs'
-    metrics after the ``dqn_breakout`` case, 2026-11-27)."""
+    metrics after the ``dqn_breakout`` case, 2026-11-27). The store objects MLflow caches per URI (its
+    tracking store registry) hold their engine too, so they go as well (``test_rerun``'s multi-agent case
+    read the ``dqn_cartpole`` case's deleted store through one)."""
     yield
+    registry = sys.modules.get("mlflow.tracking._tracking_service.registry")
+    cached = getattr(getattr(registry, "TrackingStoreRegistry", None), "_get_store_with_resolved_uri", None)
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()
     store = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
     engines = getattr(getattr(store, "SqlAlchemyStore", None), "_engine_map", None)
     if isinstance(engines, dict):

@@ -30,6 +30,7 @@ from tests.inprocess import cli_in_process
 
 PPO = "+experiment=ppo_cartpole"
 DQN = "+experiment=dqn_cartpole"
+RUN_ID = "0123456789abcdef0123456789abcdef"  # no such MLflow run
 
 
 @dataclass
@@ -311,6 +312,15 @@ CASES: dict[str, Case] = {
     "server not listening": c(PPO, "tracking.tracking_uri=http://127.0.0.1:9", tracked=True,
                               expect="tracking.tracking_uri: no MLflow server answers at http://127.0.0.1:9"),
     "resume missing dir": c(PPO, "resume=/nonexistent/ck", expect="resume=/nonexistent/ck: not a checkpoint"),
+    # rlrun rerun=<run id | run name | runs:/<id>>: a run of this store, found before anything runs
+    "rerun no store": c(f"rerun={RUN_ID}", expect=[f"rerun={RUN_ID}: no MLflow store at", "mlflow.db"]),
+    "rerun unknown id": c(f"rerun={RUN_ID}", files={"mlflow.db": ""},
+                          expect=[f"rerun={RUN_ID}: no run {RUN_ID} in the tracking store", "tracking.tracking_uri"]),
+    "rerun unknown name": c("rerun=ppo_cartpole-s0-beef", files={"mlflow.db": ""},
+                            expect="rerun=ppo_cartpole-s0-beef: no run named 'ppo_cartpole-s0-beef'"),
+    "rerun malformed uri": c("rerun=runs:/12ab", expect="rerun=runs:/12ab: not a run URI of the form runs:/<run id"),
+    "rerun malformed spec": c("rerun=a;b", expect=["rerun='a;b'", "not a run id (32 hex digits)"]),
+    "rerun with -m": c("-m", f"rerun={RUN_ID}", expect=[f"rerun={RUN_ID}: one run at a time"]),
     "resume latest none": c(PPO, "resume=latest", expect="resume=latest: no checkpoint of experiment"),
     "resume not a checkpoint": c(PPO, "resume=empty", files={"empty/readme.txt": "x"},
                                  expect="missing policy.pt"),
@@ -377,6 +387,7 @@ def tamper(kind: str, src: Path, dst: Path) -> None:
 AS_PROCESS = {"lr negative", "train_batch_size huge", "hiddens huge", "workers past the cpus",
               "algo typo", "unknown algo key", "grammar bracket",
               "plugin syntax", "env old api", "output dir unwritable", "resume missing dir", "ckpt truncated tensors",
+              "rerun unknown id",
               *(name for name, case in CASES.items() if case.tracked)}
 
 

@@ -6,6 +6,7 @@ so a new README example cannot go untested."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -59,12 +60,101 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmd in (REPO / ".ci" / "run").read_text().splitlines()
 
 
+QUICK_TIER = re.search(r"^python -m pytest (.+?)\s+# the quick tier, for the edit loop: (\d+) tests", README, re.M)
+
+
+@functools.cache
+def collected() -> tuple[int, int]:
+    """(tests the README's quick-tier command selects, tests the suite has): one collection serves both
+    (pytest prints ``<selected>/<all> tests collected (<n> deselected)``)."""
+    assert QUICK_TIER, "the Development section's quick-tier line is gone"
+    p = subprocess.run([sys.executable, "-m", "pytest", *shlex.split(QUICK_TIER[1]), "--collect-only", "-q",
+                        "-p", "no:cacheprovider", "-n", "0"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    m = re.search(r"^(\d+)(?:/(\d+))? tests? collected", p.stdout, flags=re.M)
+    assert m, p.stdout[-2000:] + p.stderr[-2000:]
+    return int(m[1]), int(m[2] or m[1])
+
+
 def test_the_readme_says_how_many_tests_the_suite_has():
-    said = int(re.search(r"; (\d+) tests today", README)[1])
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0"],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
-    collected = int(re.search(r"^(\d+) tests? collected", p.stdout, flags=re.M)[1])
-    assert said == collected, f"README says {said} tests, the suite has {collected}"
+    said, suite = int(re.search(r"; (\d+) tests today", README)[1]), collected()[1]
+    assert said == suite, f"README says {said} tests, the suite has {suite}"
+
+
+def test_the_readme_quick_tier_count_is_what_pytest_collects():
+    said, quick = int(QUICK_TIER[2]), collected()[0]
+    assert said == quick, f"README says the quick tier has {said} tests, it has {quick}"
+
+
+def test_the_readme_bad_input_count_is_the_cases_of_test_bad_input():
+    from tests.test_bad_input import CASES  # test_bad_input_gets_one_clear_line runs each case once
+
+    said = int(re.search(r"`tests/test_bad_input.py` runs (\d+) such mistakes", README)[1])
+    assert said == len(CASES), f"README says {said} bad-input cases, tests/test_bad_input.py has {len(CASES)}"
+
+
+DATE = re.compile(r"(?<!\d)20\d\d-[01]\d-[0-3]\d(?!\d)")
+# a short SHA: hex of digits and letters, or digits alone right after "commit" or "recorded in"
+SHA = re.compile(r"(?<![0-9A-Za-z_])(?:(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{7,40}|(?<=commit\s)\d{7,40}"
+                 r"|(?<=recorded in\s)\d{7,40})(?![0-9A-Za-z_])")
+
+
+def units() -> list[tuple[str, str]]:
+    """The README as (kind, text) in order: "code" (a fenced block), "table", or "text" (a paragraph or
+    one list item; a list item runs until the next item or a blank line)."""
+    out: list[tuple[str, str]] = []
+    lines: list[str] = []
+    fence = False
+
+    def flush() -> None:
+        if lines:
+            text = "\n".join(lines)
+            if fence:
+                out.append(("code", text))
+            elif all(ln.lstrip().startswith("|") for ln in lines):
+                out.append(("table", text))
+            else:
+                out.append(("text", text))
+            lines.clear()
+
+    for ln in README.splitlines():
+        if ln.lstrip().startswith("```"):
+            if not fence:
+                flush()
+            lines.append(ln)
+            if fence:
+                flush()
+            fence = not fence
+        elif fence:
+            lines.append(ln)
+        elif not ln.strip():
+            flush()
+        else:
+            if re.match(r"\s*[-*] ", ln):
+                flush()
+            lines.append(ln)
+    flush()
+    return out
+
+
+def test_every_dated_figure_names_a_commit_that_exists():
+    """A paragraph or list item with a date (a measurement's) names the commit it was measured at, or
+    the commit that recorded its results ("recorded in <sha>"); a dated table or code block (a sample
+    output) has the commit in its caption, the paragraph right above it. Each named commit exists."""
+    assert (REPO / ".git").exists(), "no .git: the README's commits are checked in a git clone (CI has one)"
+    missing, shas = [], set()
+    parts = units()
+    for i, (kind, text) in enumerate(parts):
+        if not DATE.search(text):
+            continue
+        caption = parts[i - 1][1] if kind != "text" and i and parts[i - 1][0] == "text" else ""
+        found = SHA.findall(caption) + (SHA.findall(text) if kind != "code" else [])
+        if not found:
+            missing.append((caption + "\n" + text).strip()[:300])
+        shas.update(found)
+    assert not missing, "dated, but no commit named:\n\n" + "\n\n".join(missing)
+    gone = [s for s in sorted(shas) if subprocess.run(["git", "cat-file", "-e", f"{s}^{{commit}}"], cwd=REPO,
+                                                       capture_output=True).returncode != 0]
+    assert not gone, f"the README names commits this clone does not have: {gone}"
 
 
 def test_only_the_directory_tree_and_a_run_summary_are_not_runnable():

@@ -214,6 +214,10 @@ def _cli() -> int:
 
         print(help_text([a for a in argv if a not in ("--help", "-h")]))
         return 0
+    if any(a.startswith("rerun=") for a in argv):  # a recorded run again: its config, not Hydra's composition
+        from rlrun.app.rerun import rerun_command
+
+        return rerun_command(argv, Path.cwd())
     problem = check_group_choices(argv)
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)

@@ -28,6 +28,7 @@ from rlrun.app.run_files import (
     write_checkpoint,
 )
 from rlrun.app.run_hooks import build_run_hooks, mlflow_row
+from rlrun.app.run_record import default_run_name, run_tags
 from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
@@ -35,7 +36,7 @@ from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
 from rlrun.core.history import HISTORY_FILE, MetricHistory, read_results, read_rows
 from rlrun.core.metrics import DEFAULT_POLICY_ID, STOP_COUNTERS
-from rlrun.core.provenance import BOOKKEEPING, git_sha, params_from_config, process_tags, version_tags
+from rlrun.core.provenance import BOOKKEEPING, RECORD_DIR, params_from_config
 from rlrun.core.sweep_info import SweepJob
 from rlrun.policy.policy_map import run_spaces
 from rlrun.sources.offline_input import check_input
@@ -84,15 +85,15 @@ def target_met(stop: Mapping[str, float], result: Mapping[str, float]) -> bool:
 
 def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None,
         sweep: SweepJob | None = None, background_finish: bool = False,
-        job_overrides: Sequence[str] | None = None) -> RunResult:
+        job_overrides: Sequence[str] | None = None, extra_tags: Mapping[str, str] | None = None) -> RunResult:
     """Train until ``cfg.stop``; returns the final metrics. ``launch_dir`` anchors relative
     defaults (the MLflow store, plugin imports); it defaults to the current directory. ``sweep``
     makes the MLflow run a child of a sweep's parent run (see rlrun/app/sweep.py). ``background_finish``
     (the ``rlrun`` command, ``tracking.wait: false``): a finished run returns without waiting for
     the MLflow writer's last work (see rlrun/tracking/pending.py). ``job_overrides``: a sweep job's
-    overrides (its ``resume=latest`` is its own job's checkpoint)."""
+    overrides (its ``resume=latest`` is its own job's checkpoint). ``extra_tags``: more MLflow tags (a rerun's)."""
     t0 = time.monotonic()
-    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep, job_overrides)
+    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep, job_overrides, extra_tags)
     ctx.background_finish = background_finish
     interrupted: KeyboardInterrupt | None = None
     failed: BaseException | None = None
@@ -186,7 +187,7 @@ def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> No
 
 
 def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,
-           job_overrides: Sequence[str] | None = None) -> _RunContext:
+           job_overrides: Sequence[str] | None = None, extra_tags: Mapping[str, str] | None = None) -> _RunContext:
     """Validate, write the resolved config, check a resume, start the MLflow run."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
@@ -218,17 +219,18 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     run_name = cfg.tracking.run_name or (resumed.meta.get(RUN_NAME_META) if resumed else None) or default_run_name(cfg)
     tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
                            resume_run_id, run_key if resumed else None)
-    tags = {**_run_tags(cfg, launch), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
+    tags = {**run_tags(cfg, launch, out_dir), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
             **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)
         tags["rlrun.resume_changes"] = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items())[:5000]
     if sweep is not None:
         tags.update(sweep.tags)
-    tracker.start(params_from_config(config_dict), tags)
+    tracker.start(params_from_config(config_dict), {**tags, **(extra_tags or {})})
     if sweep is not None:
         sweep.recorded = True
     tracker.log_artifact(out_dir / "config.yaml")
+    tracker.log_artifacts(out_dir / RECORD_DIR, RECORD_DIR)
     progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
     rows = read_rows(resumed.history_file) if resumed and resumed.history_file else ()
     history = MetricHistory(out_dir / HISTORY_FILE, rows)
@@ -279,19 +281,6 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
     except OSError as e:
         raise ConfigError(f"tracking.tracking_uri: no MLflow server answers at {uri} "
                           f"({e.strerror or type(e).__name__})") from None
-
-
-def default_run_name(cfg: RunConfig) -> str:
-    """What the run is: ``<preset or algo-env>-s<seed>-<4 hex>`` (the suffix tells repeats apart)."""
-    what = cfg.experiment or f"{cfg.algo.name}-{cfg.env.label}"
-    return f"{what}-s{cfg.seed}-{secrets.token_hex(2)}"
-
-
-def _run_tags(cfg: RunConfig, launch: Path) -> dict[str, str]:
-    sha = git_sha(launch)
-    return {"rlrun.algo": cfg.algo.name, "rlrun.loss": cfg.loss.name, "rlrun.env": cfg.env.label,
-            "rlrun.experiment": cfg.experiment or DEFAULT_EXPERIMENT, "rlrun.seed": str(cfg.seed),
-            "mlflow.source.git.commit": sha, "git_sha": sha, **version_tags(), **process_tags()}
 
 
 def _loop(ctx: _RunContext, trainer: Trainer) -> None:

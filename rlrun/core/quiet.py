@@ -7,11 +7,13 @@ job); library chatter that says nothing they can act on is held back at WARNING,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 
 VERBOSE_ENV = "RLRUN_VERBOSE"
 
@@ -75,3 +77,19 @@ def quiet_optuna() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@contextlib.contextmanager
+def no_download_bars() -> Iterator[None]:
+    """MLflow's "Downloading artifacts" progress bar off while artifacts download (it would print
+    outside rlrun's console, after the summary of a resumed or rerun run)."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(key)
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before

@@ -262,5 +262,8 @@ def resolve_resume(spec: str, launch_dir: Path, tracking_uri: str | None, downlo
         if not names:
             raise CheckpointError(f"{key}={spec}: MLflow run {spec} has no checkpoints/ artifacts")
         download_to.mkdir(parents=True, exist_ok=True)
-        return Path(client.download_artifacts(spec, names[-1], str(download_to)))
+        from rlrun.core.quiet import no_download_bars
+
+        with no_download_bars():
+            return Path(client.download_artifacts(spec, names[-1], str(download_to)))
     raise CheckpointError(f"{key}={spec}: not a checkpoint directory, an MLflow run id, or 'latest'")
