@@ -132,6 +132,30 @@ def sweep_job(cfg: DictConfig) -> float:
             sys.stdout, sys.stderr = out, err
 
 
+def _rerun(argv: list[str]) -> int:
+    """``rlrun rerun=<run> [key=value ...]`` (rlrun/app/rerun.py); its exit status."""
+    from rlrun.app.rerun import rerun
+
+    specs = [a for a in argv if a.startswith("rerun=")]
+    extra = [a for a in argv if not a.startswith("rerun=")]
+    try:
+        if len(specs) > 1 or any(a.startswith("-") for a in extra):
+            raise ConfigError(f"{specs[0]}: one run at a time, without Hydra flags (got: {' '.join(argv)})")
+        import signal
+
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        rerun(specs[0][len("rerun="):], extra, Path.cwd())
+    except USER_ERRORS as e:
+        print(f"rlrun: error: {e}", file=sys.stderr)
+        return 2
+    except (WorkerFailure, NonFiniteLossError) as e:
+        print(f"rlrun: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
+    return 0
+
+
 GROUPS = ("algo", "loss", "model", "env", "rollout", "tracking", "debug", "experiment", "hparams_search")
 
 
@@ -215,9 +239,7 @@ def _cli() -> int:
         print(help_text([a for a in argv if a not in ("--help", "-h")]))
         return 0
     if any(a.startswith("rerun=") for a in argv):  # a recorded run again: its config, not Hydra's composition
-        from rlrun.app.rerun import rerun_command
-
-        return rerun_command(argv, Path.cwd())
+        return _rerun(argv)
     problem = check_group_choices(argv)
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)

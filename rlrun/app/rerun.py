@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 import platform
 import re
-import signal
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -209,29 +207,6 @@ def compare(rec: Record, rows: Sequence[Mapping[str, float]]) -> tuple[bool, str
     if len(rec.rows) != len(rows):
         return False, f"differs from {name}: {len(rec.rows)} iterations then, {len(rows)} now"
     return True, f"identical to {name}: {len(rows)} iterations x {len(keys)} metrics (timings aside)"
-
-
-def rerun_command(argv: Sequence[str], launch: Path) -> int:
-    """The ``rlrun rerun=...`` command; its exit status."""
-    from rlrun.app.cli import USER_ERRORS, _interrupted, _on_sigterm
-    from rlrun.core.errors import NonFiniteLossError, WorkerFailure
-
-    specs = [a for a in argv if a.startswith("rerun=")]
-    extra = [a for a in argv if not a.startswith("rerun=")]
-    try:
-        if len(specs) > 1 or any(a.startswith("-") for a in extra):
-            raise ConfigError(f"{specs[0]}: one run at a time, without Hydra flags (got: {' '.join(argv)})")
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        rerun(specs[0][len("rerun="):], extra, launch)
-    except USER_ERRORS as e:
-        print(f"rlrun: error: {e}", file=sys.stderr)
-        return 2
-    except (WorkerFailure, NonFiniteLossError) as e:
-        print(f"rlrun: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        return _interrupted(e)
-    return 0
 
 
 def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]:
