@@ -4,13 +4,15 @@ the record holds what that needs (command, overrides, git state and patch, packa
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, run_summary
+from tests.conftest import REPO, run_cli, run_summary
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +60,20 @@ def test_a_rerun_repeats_the_recorded_run_and_says_it_is_identical(tmp_path, arg
     assert variant.returncode == 0, variant.stderr[-3000:]
     assert "  variant    seed=3 stop.training_iteration=3" in variant.stdout
     assert "  repeat     differs from run " in variant.stdout, variant.stdout[-2000:]
+    if args[0] != "+experiment=ppo_cartpole":
+        return
+    # rlrun-report <run> <run>: the two side by side
+    other = run_summary(variant.stdout)["run_id"].strip("()")
+    same = subprocess.run([sys.executable, "-m", "rlrun.tracking.report", original, new], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert same.returncode == 0, same.stderr
+    assert "  config     same (output and tracking settings aside)" in same.stdout, same.stdout
+    assert "  curves     identical to run " in same.stdout, same.stdout
+    apart = subprocess.run([sys.executable, "-m", "rlrun.tracking.report", original, other], cwd=tmp_path,
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert apart.returncode == 0, apart.stderr
+    assert "  config     seed: 0 vs 3; stop.training_iteration: 15.0 vs 3.0" in apart.stdout, apart.stdout
+    assert "  curves     differs from run " in apart.stdout and "at iteration 1: " in apart.stdout, apart.stdout
 
 
 def _git(d, *args):

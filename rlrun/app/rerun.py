@@ -10,116 +10,27 @@ the summary says ``identical to <run>`` or names the first iteration and metric 
 
 from __future__ import annotations
 
-import math
 import platform
-import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
 from rlrun.config.typed import ConfigError
-from rlrun.core.history import read_results
 from rlrun.core.provenance import (
-    PACKAGES_FILE,
     PATCH_FILE,
-    PLUGINS_DIR,
     RECORD_DIR,
     cpu_model,
     git_state,
     installed_packages,
     plugin_sources,
 )
+from rlrun.tracking.records import Record, compare, find_run, parse_spec, read_record
 
-RUN_ID = re.compile(r"[0-9a-f]{32}")
-RUN_NAME = re.compile(r"[\w.:\- ]{1,250}")
 LABEL = 11  # the summary's label column
 SETTINGS = ("progress=", "tracking.")  # overrides that change how a run is shown or recorded, not what it computes
-
-
-class Record(NamedTuple):
-    run_id: str
-    name: str
-    experiment: str
-    tags: dict[str, str]
-    config: dict[str, Any]
-    packages: list[str] | None  # None: recorded before rlrun kept them
-    patch: bytes  # the uncommitted changes the run was made with (b"": none)
-    plugins: dict[str, bytes]  # plugin sources by their path under provenance/plugins/
-    rows: list[dict[str, float]] | None  # every iteration's metrics (its last checkpoint's history)
-
-
-def timing(key: str) -> bool:
-    """Metrics that measure the machine, not the learning: left out of the comparison."""
-    return key.startswith(("time/", "_timestamp")) or key == "time_total_s" or key.endswith("_per_s")
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """``("id", <run id>)`` for an id or ``runs:/<id>``, ``("name", <run name>)``; one line if neither."""
-    if spec.startswith("runs:/"):
-        key = spec[len("runs:/"):].split("/", 1)[0]
-        if not RUN_ID.fullmatch(key):
-            raise ConfigError(f"rerun={spec}: not a run URI of the form runs:/<run id of 32 hex digits>")
-        return "id", key
-    if RUN_ID.fullmatch(spec):
-        return "id", spec
-    if not RUN_NAME.fullmatch(spec):
-        raise ConfigError(f"rerun={spec!r}: not a run id (32 hex digits), runs:/<id>, or a run name")
-    return "name", spec
-
-
-def find_run(client: Any, spec: str, uri: str) -> Any:
-    """The MLflow run ``spec`` names (an id, ``runs:/<id>``, or a run name) in the store at ``uri``."""
-    from mlflow.exceptions import MlflowException
-
-    kind, key = parse_spec(spec)
-    if kind == "id":
-        try:
-            return client.get_run(key)
-        except MlflowException:
-            raise ConfigError(f"rerun={spec}: no run {key} in the tracking store {uri} (a run of another "
-                              f"store? add tracking.tracking_uri=<its store>)") from None
-    ids = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(ids, filter_string=f"tags.`mlflow.runName` = '{key}'", max_results=10) if ids else []
-    if not runs:
-        raise ConfigError(f"rerun={spec}: no run named '{key}' in the tracking store {uri}")
-    if len(runs) > 1:
-        raise ConfigError(f"rerun={spec}: {len(runs)} runs are named '{key}' "
-                          f"({', '.join(r.info.run_id for r in runs)}): give the run id")
-    return runs[0]
-
-
-def read_record(client: Any, run: Any, spec: str, tmp: Path) -> Record:
-    """What ``rerun`` needs of the run's record, downloaded into ``tmp``."""
-    run_id = run.info.run_id
-    top = {a.path for a in client.list_artifacts(run_id)}
-    if "config.yaml" not in top:
-        raise ConfigError(f"rerun={spec}: run {run_id} has no config.yaml artifact (not an rlrun run, or its "
-                          f"record is incomplete): nothing to run again")
-    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", str(tmp))).read_text())
-    if not isinstance(config, dict):
-        raise ConfigError(f"rerun={spec}: run {run_id}'s config.yaml is not a mapping")
-    packages, patch, plugins = None, b"", {}
-    if RECORD_DIR in top:
-        prov = Path(client.download_artifacts(run_id, RECORD_DIR, str(tmp)))
-        if (prov / PACKAGES_FILE).is_file():
-            packages = (prov / PACKAGES_FILE).read_text().split()
-        if (prov / PATCH_FILE).is_file():
-            patch = (prov / PATCH_FILE).read_bytes()
-        if (prov / PLUGINS_DIR).is_dir():
-            plugins = {str(f.relative_to(prov / PLUGINS_DIR)): f.read_bytes()
-                       for f in sorted((prov / PLUGINS_DIR).rglob("*")) if f.is_file()}
-    rows = None
-    checkpoints = sorted(a.path for a in client.list_artifacts(run_id, "checkpoints"))
-    if checkpoints:
-        last = Path(client.download_artifacts(run_id, checkpoints[-1], str(tmp)))
-        if (last / "history.jsonl").is_file():
-            rows = read_results(last / "history.jsonl")
-    experiment = client.get_experiment(run.info.experiment_id).name
-    return Record(run_id, run.info.run_name or run_id, experiment, dict(run.data.tags), config, packages, patch,
-                  plugins, rows)
 
 
 def differences(rec: Record, launch: Path, plugins: Sequence[str]) -> list[tuple[str, str, bool]]:
@@ -193,22 +104,6 @@ def apply_overrides(config: dict[str, Any], overrides: Sequence[str], spec: str)
     return out
 
 
-def compare(rec: Record, rows: Sequence[Mapping[str, float]]) -> tuple[bool, str]:
-    """Whether the repeat's per-iteration metrics equal the record's (timings aside), and the summary text."""
-    name = f"run '{rec.name}' ({rec.run_id})"
-    if rec.rows is None:
-        return False, f"not compared: {name} has no checkpoint with its metric history"
-    keys = sorted({k for r in rec.rows for k in r if not timing(k)})
-    for i, (a, b) in enumerate(zip(rec.rows, rows, strict=False), 1):
-        for k in keys:
-            x, y = a.get(k), b.get(k)
-            if x != y and not (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)):
-                return False, f"differs from {name} at iteration {i}: {k} {x!r} then, {y!r} now"
-    if len(rec.rows) != len(rows):
-        return False, f"differs from {name}: {len(rec.rows)} iterations then, {len(rows)} now"
-    return True, f"identical to {name}: {len(rows)} iterations x {len(keys)} metrics (timings aside)"
-
-
 def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]:
     """Run the record of ``spec`` again (with ``overrides``); ``(RunResult, identical)``."""
     from mlflow.tracking import MlflowClient
@@ -226,7 +121,7 @@ def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]
                           f"recorded, or add tracking.tracking_uri=<its store>)")
     client = MlflowClient(tracking_uri=uri)
     with tempfile.TemporaryDirectory(prefix="rlrun-rerun-") as tmp, no_download_bars():
-        rec = read_record(client, find_run(client, spec, uri), spec, Path(tmp))
+        rec = read_record(client, find_run(client, spec, uri), f"rerun={spec}", Path(tmp))
     config = apply_overrides(rec.config, overrides, spec)
     config.update(output_dir=None, resume=None)
     config["tracking"] = {**config.get("tracking", {}), "run_name": None, "tracking_uri": uri,

@@ -184,11 +184,39 @@ sweep_returns.png (return vs env steps, mean and min-max band over seeds per set
 the sweep's parent run and printed as a table.
 
 example:
-  rlrun-report multirun/2026-11-22/15-20-01"""
+  rlrun-report multirun/2026-11-22/15-20-01
+
+rlrun-report <run> <run> [tracking_uri=...] shows two runs side by side (ids, names or runs:/<id>):
+config differences, code and package drift, and where their curves part."""
+
+
+def diff_main(a: str, b: str, uri: str) -> None:
+    """``rlrun-report <run> <run>``: two runs side by side (rlrun/tracking/records.py ``diff_lines``)."""
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    from rlrun.config.typed import ConfigError
+    from rlrun.core.quiet import no_download_bars
+    from rlrun.tracking.records import diff_lines, find_run, read_record
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        print(f"rlrun-report: error: no MLflow store at {uri[len('sqlite:///'):]} (add tracking_uri=<its store>)",
+              file=sys.stderr)
+        sys.exit(2)
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rlrun-report-") as tmp, no_download_bars():
+            records = [read_record(client, find_run(client, spec, uri, spec), spec, Path(tmp) / str(i))
+                       for i, spec in enumerate((a, b))]
+    except ConfigError as e:
+        print(f"rlrun-report: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print("\n".join(diff_lines(*records)))
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rlrun-report <sweep dir | parent run id> [tracking_uri=...]``"""
+    """``rlrun-report <sweep dir | parent run id> [tracking_uri=...]``, or ``rlrun-report <run> <run>``"""
     from rlrun.core.sweep_info import read_sweep_info
     from rlrun.tracking.tracker import default_tracking_uri
 
@@ -196,6 +224,12 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(REPORT_HELP)
         sys.exit(0 if argv else 2)
+    runs = [a for a in argv if "=" not in a]
+    if len(runs) == 2:
+        opts = dict(a.split("=", 1) for a in argv if "=" in a)
+        uri = opts.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(Path.cwd())
+        diff_main(runs[0], runs[1], uri)
+        return
     target = argv[0]
     opts = dict(a.split("=", 1) for a in argv[1:] if "=" in a)
     unknown = [a for a in argv[1:] if not a.startswith("tracking_uri=")]
