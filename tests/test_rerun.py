@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, run_cli, run_summary
+from tests.conftest import REPO, isolated, rlrun_cmd, run_cli, run_summary
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +148,22 @@ def test_a_run_without_a_config_artifact_is_refused_in_one_line(tmp_path):
         assert p.returncode == 2 and p.stderr.strip().splitlines() == [
             f"rlrun: error: rerun={spec}: run {run_id} has no config.yaml artifact (not an rlrun run, or its "
             f"record is incomplete): nothing to run again"], p.stderr
+
+
+@pytest.mark.ray
+def test_a_run_on_ray_workers_repeats_too(tmp_path):
+    """Synchronous Ray sampling gathers the workers' fragments in worker order, each worker seeded by its
+    index: a rerun on the same machine repeats the curve (asynchronous sampling, APPO's, does not)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        return subprocess.run(isolated(rlrun_cmd(*args, "progress=false", "tracking.wait=true")), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600, env=env)
+
+    first = cli("+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2", "seed=0",
+                "stop.training_iteration=8")
+    assert first.returncode == 0, first.stderr[-3000:]
+    original = run_summary(first.stdout)["run_id"].strip("()")
+    again = cli(f"rerun={original}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1].startswith("  repeat     identical to run "), again.stdout[-2000:]
