@@ -167,3 +167,24 @@ def test_a_run_on_ray_workers_repeats_too(tmp_path):
     again = cli(f"rerun={original}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.strip().splitlines()[-1].startswith("  repeat     identical to run "), again.stdout[-2000:]
+
+
+def test_a_sweep_jobs_run_reruns_that_job_alone_and_the_parent_is_refused(tmp_path):
+    sweep = run_cli(["-m", "+experiment=ppo_cartpole", "seed=0,1", "stop.training_iteration=3", "progress=false"],
+                    tmp_path)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    client = _store(tmp_path)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    parent = next(r for r in runs if r.data.tags.get("rlrun.sweep") == "true")
+    job = next(r for r in runs if r.data.tags.get("rlrun.job_num") == "1")
+    again = run_cli([f"rerun={job.info.run_id}", "progress=false", "tracking=none"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "  recorded   +experiment=ppo_cartpole seed=1 stop.training_iteration=3 progress=False (job 1 of the " \
+           "sweep `rlrun -m +experiment=ppo_cartpole seed=0,1" in again.stdout, again.stdout[:2000]
+    assert again.stdout.strip().splitlines()[-1].startswith("  repeat     identical to run 'job 1: "), again.stdout
+    assert len([r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]) == len(runs)
+
+    p = run_cli([f"rerun={parent.info.run_id}"], tmp_path)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"rlrun: error: rerun={parent.info.run_id}: run {parent.info.run_id} is a sweep's parent run: give one of "
+        f"its jobs' runs (rlrun-report {parent.info.run_id} lists them)"], p.stderr

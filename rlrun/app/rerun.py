@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,8 @@ from rlrun.core.provenance import (
 from rlrun.tracking.records import Record, compare, find_run, parse_spec, read_record
 
 LABEL = 11  # the summary's label column
-SETTINGS = ("progress=", "tracking.")  # overrides that change how a run is shown or recorded, not what it computes
+# overrides that change how a run is shown or recorded, not what it computes
+SETTINGS = ("progress=", "tracking.", "tracking=")
 
 
 def differences(rec: Record, launch: Path, plugins: Sequence[str]) -> list[tuple[str, str, bool]]:
@@ -122,15 +123,18 @@ def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]
     client = MlflowClient(tracking_uri=uri)
     with tempfile.TemporaryDirectory(prefix="rlrun-rerun-") as tmp, no_download_bars():
         rec = read_record(client, find_run(client, spec, uri), f"rerun={spec}", Path(tmp))
-    config = apply_overrides(rec.config, overrides, spec)
+    untracked = "tracking=none" in overrides  # repeat it without a new MLflow run (conf/tracking/none.yaml)
+    config = apply_overrides(rec.config, [o for o in overrides if o != "tracking=none"], spec)
     config.update(output_dir=None, resume=None)
     config["tracking"] = {**config.get("tracking", {}), "run_name": None, "tracking_uri": uri,
                           "experiment_name": rec.experiment}
+    if untracked:
+        config["tracking"].update(backend="none", tracking_uri=None, artifact_location=None, experiment_name=None,
+                                  log_model=False, wait=True)
     load_plugins(list(config.get("plugins") or []), search_dirs=[launch])
     found = differences(rec, launch, list(config.get("plugins") or []))
     lines = [f"rlrun: rerun of run '{rec.name}' ({rec.run_id}) in experiment '{rec.experiment}', store {uri}",
-             _line("recorded", rec.tags.get("rlrun.command") or rec.tags.get("rlrun.overrides")
-                   or "the config in its config.yaml")]
+             _line("recorded", _recorded(rec.tags))]
     variant = [o for o in overrides if not o.lstrip("+").startswith(SETTINGS)]
     if variant:
         lines.append(_line("variant", " ".join(variant)))
@@ -145,6 +149,14 @@ def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]
     same, text = compare(rec, result.history)
     print(_line("repeat", text), flush=True)
     return result, same
+
+
+def _recorded(tags: Mapping[str, str]) -> str:
+    """How the run was made: its command, or a sweep job's overrides and the sweep's command."""
+    command, overrides = tags.get("rlrun.command"), tags.get("rlrun.overrides")
+    if "mlflow.parentRunId" in tags and overrides:
+        return f"{overrides} (job {tags.get('rlrun.job_num', '?')} of the sweep `{command}`)" if command else overrides
+    return command or overrides or "the config in its config.yaml"
 
 
 def _line(label: str, text: str) -> str:

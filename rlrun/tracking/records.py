@@ -80,6 +80,9 @@ def read_record(client: Any, run: Any, label: str, tmp: Path) -> Record:
     starting with ``label`` for a run that is not rlrun's."""
     run_id = run.info.run_id
     top = {a.path for a in client.list_artifacts(run_id)}
+    if "config.yaml" not in top and run.data.tags.get("rlrun.sweep") == "true":
+        raise ConfigError(f"{label}: run {run_id} is a sweep's parent run: give one of its jobs' runs "
+                          f"(rlrun-report {run_id} lists them)")
     if "config.yaml" not in top:
         raise ConfigError(f"{label}: run {run_id} has no config.yaml artifact (not an rlrun run, or its "
                           f"record is incomplete): nothing to run again")
