@@ -37,6 +37,7 @@ examples:
   mlflow ui --backend-store-uri sqlite:///$PWD/mlflow.db           browse runs, metrics, checkpoints
   rlrun +experiment=ppo_cartpole --cfg job                         print the composed config
   rlrun +experiment=ppo_cartpole resume=latest                     continue the newest checkpoint
+  rlrun rerun=<run id or name>                                     run a recorded run again, say what differs
   rlrun-eval checkpoint=latest episodes=20 render=true             evaluate a saved policy (GIF)
   rlrun-eval checkpoint=latest explore=true output=data/cp       record its episodes (Parquet)
   rlrun +experiment=bc_cartpole input=data/cp                      train from recorded episodes

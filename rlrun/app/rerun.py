@@ -20,6 +20,7 @@ import yaml
 
 from rlrun.config.typed import ConfigError
 from rlrun.core.provenance import (
+    PATCH_CAP,
     PATCH_FILE,
     RECORD_DIR,
     cpu_model,
@@ -39,7 +40,7 @@ def differences(rec: Record, launch: Path, plugins: Sequence[str]) -> list[tuple
     out = []
     now = git_state(launch)
     was = rec.tags.get("git_sha", "unknown")
-    now_patch = now.patch if now.dirty else b""
+    now_patch = (now.patch if now.dirty else b"")[:PATCH_CAP]  # as the record keeps it
     if was == "unknown" and now.sha == "unknown":
         out.append(("code", "not from a git work tree, then or now: not compared", False))
     elif was == now.sha and rec.patch == now_patch:
