@@ -28,9 +28,16 @@ from rlrun.core.provenance import (
     installed_packages,
     plugin_sources,
 )
-from rlrun.tracking.records import Record, compare, find_run, parse_spec, read_record
+from rlrun.tracking.records import (
+    Record,
+    compare,
+    find_run,
+    package_drift,
+    parse_spec,
+    read_record,
+    summary_line,
+)
 
-LABEL = 11  # the summary's label column
 # overrides that change how a run is shown or recorded, not what it computes
 SETTINGS = ("progress=", "tracking.", "tracking=")
 
@@ -58,12 +65,8 @@ def differences(rec: Record, launch: Path, plugins: Sequence[str]) -> list[tuple
     if rec.packages is None:
         out.append(("packages", "not recorded: not compared", False))
     else:
-        then, current = _versions(rec.packages), _versions(installed_packages())
-        changed = [f"{n} {then.get(n, '(none)')} -> {current.get(n, '(none)')}"
-                   for n in sorted(then.keys() | current.keys()) if then.get(n) != current.get(n)]
-        out.append(("packages", f"{len(changed)} differ: " + ", ".join(changed[:6]) + (", ..." if len(changed) > 6
-                                                                                    else "")
-                    if changed else f"same: {len(current)}", bool(changed)))
+        packages = package_drift(rec.packages, installed_packages(), "->")
+        out.append(("packages", packages, not packages.startswith("same")))
     sources = plugin_sources(plugins)
     if not rec.plugins and not sources:
         out.append(("plugins", "none outside the installed packages", False))
@@ -76,10 +79,6 @@ def differences(rec: Record, launch: Path, plugins: Sequence[str]) -> list[tuple
     was, is_ = rec.tags.get("rlrun.cpu", "?"), cpu_model()
     out.append(("machine", f"same CPU: {is_}" if was == is_ else f"differs: {was} then, {is_} now", was != is_))
     return out
-
-
-def _versions(packages: Sequence[str]) -> dict[str, str]:
-    return dict(p.split("==", 1) for p in packages if "==" in p)
 
 
 def apply_overrides(config: dict[str, Any], overrides: Sequence[str], spec: str) -> dict[str, Any]:
@@ -130,25 +129,26 @@ def rerun(spec: str, overrides: Sequence[str], launch: Path) -> tuple[Any, bool]
     config["tracking"] = {**config.get("tracking", {}), "run_name": None, "tracking_uri": uri,
                           "experiment_name": rec.experiment}
     if untracked:
-        config["tracking"].update(backend="none", tracking_uri=None, artifact_location=None, experiment_name=None,
-                                  log_model=False, wait=True)
+        from importlib.resources import files
+
+        config["tracking"].update(yaml.safe_load(files("rlrun.conf").joinpath("tracking/none.yaml").read_text()))
     load_plugins(list(config.get("plugins") or []), search_dirs=[launch])
     found = differences(rec, launch, list(config.get("plugins") or []))
     lines = [f"rlrun: rerun of run '{rec.name}' ({rec.run_id}) in experiment '{rec.experiment}', store {uri}",
-             _line("recorded", _recorded(rec.tags))]
+             summary_line("recorded", _recorded(rec.tags))]
     variant = [o for o in overrides if not o.lstrip("+").startswith(SETTINGS)]
     if variant:
-        lines.append(_line("variant", " ".join(variant)))
+        lines.append(summary_line("variant", " ".join(variant)))
     if len(variant) < len(overrides):
-        lines.append(_line("settings", " ".join(o for o in overrides if o not in variant)))
-    lines += [_line(label, what) for label, what, _ in found]
+        lines.append(summary_line("settings", " ".join(o for o in overrides if o not in variant)))
+    lines += [summary_line(label, what) for label, what, _ in found]
     print("\n".join(lines), flush=True)
     tags = {"rlrun.rerun_of": rec.run_id, "rlrun.rerun_variant": " ".join(variant)[:5000],
             "rlrun.rerun_differs": ", ".join(label for label, _, d in found if d)}
     wait = bool(config["tracking"].get("wait", False))
     result = run(config, launch_dir=launch, background_finish=not wait, extra_tags=tags)
     same, text = compare(rec, result.history)
-    print(_line("repeat", text), flush=True)
+    print(summary_line("repeat", text), flush=True)
     return result, same
 
 
@@ -159,7 +159,3 @@ def _recorded(tags: Mapping[str, str]) -> str:
         return f"{overrides} (job {tags.get('rlrun.job_num', '?')} of the sweep `{command}`)" if command else overrides
     return command or overrides or "the config in its config.yaml"
 
-
-def _line(label: str, text: str) -> str:
-    """A line in the run summary's columns."""
-    return f"  {label:<{LABEL}}{text}" if len(label) < LABEL else f"  {label} {text}"

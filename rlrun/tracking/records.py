@@ -127,6 +127,18 @@ def compare(rec: Record, rows: Sequence[Mapping[str, float]], then: str = "then"
     return True, f"identical to {name}: {len(rows)} iterations x {len(keys)} metrics (timings aside)"
 
 
+def summary_line(label: str, text: str) -> str:
+    """A line in the columns of the run summary (rlrun/tracking/progress.py)."""
+    return f"  {label:<11}{text}" if len(label) < 11 else f"  {label} {text}"
+
+
+def package_drift(a: Sequence[str], b: Sequence[str], sep: str) -> str:
+    """``same: N`` or ``K differ: torch 2.12.0 <sep> 2.13.0, ...`` for two ``name==version`` lists."""
+    va, vb = (dict(p.split("==", 1) for p in ps if "==" in p) for ps in (a, b))
+    drift = [f"{n} {va.get(n, '(none)')} {sep} {vb.get(n, '(none)')}" for n in sorted(va.keys() | vb.keys())
+             if va.get(n) != vb.get(n)]
+    return f"{len(drift)} differ: {', '.join(drift[:6])}{', ...' if len(drift) > 6 else ''}" if drift \
+        else f"same: {len(vb)}"
 
 
 DIFF_SKIPPED = ("output_dir", "resume", "tracking.", "progress")  # where and how a run was recorded, not what it ran
@@ -143,13 +155,8 @@ def diff_lines(a: Record, b: Record) -> list[str]:
     code = ("not from a git work tree" if sha_a == sha_b == "unknown" else f"same commit {sha_a[:12]}"
             if sha_a == sha_b else f"commit {sha_a[:12]} vs {sha_b[:12]}") + (
         "" if a.patch == b.patch else f"; uncommitted changes differ ({len(a.patch):,} vs {len(b.patch):,} bytes)")
-    va = dict(p.split("==", 1) for p in a.packages or () if "==" in p)
-    vb = dict(p.split("==", 1) for p in b.packages or () if "==" in p)
-    drift = [f"{n} {va.get(n, '(none)')} vs {vb.get(n, '(none)')}" for n in sorted(va.keys() | vb.keys())
-             if va.get(n) != vb.get(n)]
     packages = ("not recorded for both" if a.packages is None or b.packages is None else
-                f"{len(drift)} differ: {', '.join(drift[:6])}{', ...' if len(drift) > 6 else ''}" if drift
-                else f"same: {len(va)}")
+                package_drift(a.packages, b.packages, "vs"))
     curves = compare(a, b.rows or [], f"in {a.name}", f"in {b.name}")[1] if b.rows is not None else \
         f"not compared: run {b.run_id} has no checkpoint with its metric history"
     rows = [("runs", f"'{a.name}' ({a.run_id}) vs '{b.name}' ({b.run_id})"),
@@ -158,4 +165,4 @@ def diff_lines(a: Record, b: Record) -> list[str]:
             ("python", f"{a.tags.get('python', '?')} vs {b.tags.get('python', '?')}"),
             ("machine", f"{a.tags.get('rlrun.cpu', '?')} vs {b.tags.get('rlrun.cpu', '?')}"),
             ("curves", curves)]
-    return [f"  {label:<11}{text}" for label, text in rows]
+    return [summary_line(label, text) for label, text in rows]
