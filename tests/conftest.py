@@ -102,8 +102,21 @@ def fresh_mlflow_connections():
     (``test_the_atari_presets_run_record_checkpoint_and_resume...[ppo_breakout]`` found none of its runs'
     metrics after the ``dqn_breakout`` case, 2026-11-27). The store objects MLflow caches per URI (its
     tracking store registry) hold their engine too, so they go as well (``test_rerun``'s multi-agent case
-    read the ``dqn_cartpole`` case's deleted store through one)."""
+    read the ``dqn_cartpole`` case's deleted store through one).
+
+    ``mlflow.set_tracking_uri`` (which some tests call, as a user would) also sets ``MLFLOW_TRACKING_URI`` in
+    this process's environment, which every later subprocess inherits: ``rlrun-report`` in
+    ``test_rerun`` then looked for its runs in ``test_export``'s deleted store (CI, 2026-11-27). Both go
+    back to what they were before the test."""
+    uri_before = os.environ.get("MLFLOW_TRACKING_URI")
     yield
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    if utils is not None and getattr(utils, "_tracking_uri", None) != uri_before:
+        utils.set_tracking_uri(uri_before)  # None unsets the variable too
+    if uri_before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = uri_before
     registry = sys.modules.get("mlflow.tracking._tracking_service.registry")
     cached = getattr(getattr(registry, "TrackingStoreRegistry", None), "_get_store_with_resolved_uri", None)
     if hasattr(cached, "cache_clear"):
