@@ -48,6 +48,24 @@ def per_call_us(size: int, fanout: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def uniform_us(size: int, repeats: int) -> float:
+    """The same 128-row sample from rlrun's uniform ReplayBuffer: the row reads any replay pays."""
+    from rlrun.data.replay import ReplayBuffer
+
+    rng = np.random.default_rng(0)
+    buf = ReplayBuffer(size, seed=0)
+    buf.add(SB({SB.OBS: rng.standard_normal((size, 4)).astype(np.float32), SB.ACTIONS: rng.integers(0, 2, size),
+                SB.NSTEP_NEXT_OBS: rng.standard_normal((size, 4)).astype(np.float32),
+                SB.NSTEP_REWARDS: np.ones(size, np.float32), SB.NSTEP_DISCOUNT: np.full(size, 0.99, np.float32)}))
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(1000):
+            buf.sample(128)
+        times.append((time.perf_counter() - t) / 1000 * 1e6)
+    return statistics.median(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
@@ -59,6 +77,8 @@ def main() -> None:
             us = per_call_us(size, fanout, args.repeats)
             rows.append({"rows": size, "fanout": fanout, "us_per_sample_and_update": round(us, 1)})
             print(rows[-1], flush=True)
+        rows.append({"rows": size, "fanout": 0, "us_per_sample_and_update": round(uniform_us(size, args.repeats), 1)})
+        print(rows[-1], flush=True)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     with open(out / f"{args.name}.csv", "w", newline="") as f:
@@ -68,12 +88,14 @@ def main() -> None:
     lines = [f"# Prioritized replay: sample + update of 128 rows, {time.strftime('%Y-%m-%d')}", "",
              f"`python experiments/prioritized_replay/bench.py --repeats {args.repeats}` (median of "
              f"{args.repeats} blocks of 1,000 calls; one process, numpy).", "",
-             "| buffer rows | 16-ary tree (rlrun), us | binary tree, us | binary / 16-ary |",
-             "| --- | --- | --- | --- |"]
+             "| buffer rows | 16-ary tree (rlrun), us | binary tree, us | binary / 16-ary | uniform replay's "
+             "sample alone, us |", "| --- | --- | --- | --- | --- |"]
     for size in SIZES:
         a, b = (next(r["us_per_sample_and_update"] for r in rows if r["rows"] == size and r["fanout"] == f)
                 for f in (16, 2))
-        lines.append(f"| {size:,} | {a} | {b} | {b / a:.2f} |")
+        u = next(r["us_per_sample_and_update"] for r in rows if r["rows"] == size and r["fanout"] == 0)
+        lines.append(f"| {size:,} | {a} | {b} | {b / a:.2f} | {u} |")
+    lines += ["", "fanout 0 in the CSV: the uniform buffer (no tree)."]
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
@@ -81,7 +103,7 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for f, label in ((16, "16-ary (rlrun)"), (2, "binary")):
+    for f, label in ((16, "16-ary (rlrun)"), (2, "binary"), (0, "uniform replay, sample only")):
         ax.plot(SIZES, [r["us_per_sample_and_update"] for r in rows if r["fanout"] == f], "o-", label=label)
     ax.axhline(200, color="grey", ls="--", label="issue 34's budget (0.2 ms)")
     ax.set_xscale("log")

@@ -55,7 +55,9 @@ class ReplayBuffer:
         idx = self.rng.integers(0, self._size, size=n)
         out = SampleBatch()
         for k, v in self._cols.items():
-            dict.__setitem__(out, k, v[idx])
+            # take, not v[idx]: 128 random rows of a [1M, 4] column in ~1 us against ~22 us here
+            # (experiments/prioritized_replay)
+            dict.__setitem__(out, k, v.take(idx, axis=0))
         return out
 
     def get_state(self) -> dict[str, Any]:
