@@ -5,6 +5,10 @@
 picks by which end of the shape is smaller), ``[H, W]`` (one channel), and frame stacks
 ``[S, H, W, C]`` (the ``frame_stack`` wrapper), whose S frames become S x C channels. uint8
 observations are scaled to [0, 1].
+
+Convolutions run channels-last (NHWC in memory; the weights and the images fed to them): on this
+CPU oneDNN's kernels for that layout train the Nature CNN on 256 84x84x4 frames in 278 ms against
+360 ms (one thread) and 132 ms against 221 ms (two threads); experiments/atari has the whole-run figures.
 """
 
 from __future__ import annotations
@@ -83,22 +87,23 @@ def conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
         conv = nn.Conv2d(channels, out, k, s)
         nn.init.orthogonal_(conv.weight, np.sqrt(2))
         nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
-        layers += [conv, ACTIVATIONS[c.conv_activation]()]
+        layers += [conv.to(memory_format=torch.channels_last), ACTIVATIONS[c.conv_activation]()]
         channels = out
     return nn.Sequential(*layers, nn.Flatten())
 
 
 def images(obs: torch.Tensor, layout: str) -> torch.Tensor:
-    """Observations -> float ``[B, C, H, W]`` (uint8 scaled to [0, 1]); ``layout`` from ``image_layout``."""
+    """Observations -> float ``[B, C, H, W]`` (uint8 scaled to [0, 1]), channels-last in memory;
+    ``layout`` from ``image_layout``."""
     x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
     if layout == "hw":
-        return x.unsqueeze(1)
-    if layout == "hwc":
-        return x.permute(0, 3, 1, 2)
-    if layout == "shwc":
+        x = x.unsqueeze(1)
+    elif layout == "hwc":
+        x = x.permute(0, 3, 1, 2)
+    elif layout == "shwc":
         b, s, h, w, c = x.shape
-        return x.permute(0, 1, 4, 2, 3).reshape(b, s * c, h, w)
-    return x
+        x = x.permute(0, 1, 4, 2, 3).reshape(b, s * c, h, w)
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 @MODELS.register("cnn", config=CNNConfig, validate=check_cnn_config)
