@@ -87,7 +87,8 @@ def conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
         conv = nn.Conv2d(channels, out, k, s)
         nn.init.orthogonal_(conv.weight, np.sqrt(2))
         nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
-        layers += [conv.to(memory_format=torch.channels_last), ACTIVATIONS[c.conv_activation]()]
+        conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last)
+        layers += [conv, ACTIVATIONS[c.conv_activation]()]
         channels = out
     return nn.Sequential(*layers, nn.Flatten())
 
