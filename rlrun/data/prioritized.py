@@ -116,11 +116,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def sample(self, n: int, beta: float = 0.4) -> SampleBatch:
         if self._size == 0:
             raise ValueError("replay: cannot sample from an empty buffer")
-        total = self.tree.total
-        idx = self.tree.find(self.rng.random(n) * total)
-        out = SampleBatch()
-        for k, v in self._cols.items():
-            dict.__setitem__(out, k, v.take(idx, axis=0))  # see ReplayBuffer.sample
+        idx = self.tree.find(self.rng.random(n) * self.tree.total)
+        out = self.rows_at(idx)
         # (N P(i))^-beta over the minibatch's largest: N and the total cancel, (min p / p_i)^beta is left
         p = self.tree.leaves()[idx]
         dict.__setitem__(out, SampleBatch.BATCH_INDEXES, idx)

@@ -52,7 +52,10 @@ class ReplayBuffer:
     def sample(self, n: int) -> SampleBatch:
         if self._size == 0:
             raise ValueError("replay: cannot sample from an empty buffer")
-        idx = self.rng.integers(0, self._size, size=n)
+        return self.rows_at(self.rng.integers(0, self._size, size=n))
+
+    def rows_at(self, idx: np.ndarray) -> SampleBatch:
+        """The stored rows ``idx`` (storage positions), every column."""
         out = SampleBatch()
         for k, v in self._cols.items():
             # take, not v[idx]: 128 random rows of a [1M, 4] column in ~1 us against ~22 us here
