@@ -17,7 +17,8 @@ def make(n=6, start=0):
 def test_len_columns_and_unequal_lengths():
     b = make()
     assert len(b) == 6 and b.count == 6
-    assert b.columns == ["obs", "rewards", "eps_id"]
+    assert list(b.keys()) == ["obs", "rewards", "eps_id"]
+    assert b.columns(["rewards", "obs"])[1] is b["obs"]
     with pytest.raises(ValueError, match="different lengths"):
         SampleBatch({"a": np.zeros(3), "b": np.zeros(4)})
     with pytest.raises(ValueError, match="has 2 rows, the batch has 6"):
