@@ -21,6 +21,7 @@ from rlrun.core.version import __version__ as __version__
 _EXPORTS = {
     # data: batches and their column names, return math
     "SampleBatch": "rlrun.data.batch", "MultiAgentBatch": "rlrun.data.batch", "concat_samples": "rlrun.data.batch",
+    "attempt_count_timesteps": "rlrun.data.batch",
     "compute_gae": "rlrun.data.postprocessing", "discounted_returns": "rlrun.data.postprocessing",
     "compute_nstep": "rlrun.data.postprocessing", "vtrace": "rlrun.data.postprocessing",
     "fragment_ends": "rlrun.data.postprocessing", "add_gae": "rlrun.data.postprocessing",
@@ -43,6 +44,11 @@ _EXPORTS = {
     "DEFAULT_POLICY_ID": "rlrun.policy.policy", "HeuristicPolicy": "rlrun.policy.policy_map",
     "Algorithm": "rlrun.algos.algorithm", "register_algorithm": "rlrun.algos.algorithm",
     "make_policy": "rlrun.algos.algorithm", "COLLECTED_COLUMNS": "rlrun.algos.algorithm",
+    # RLlib's classic functional API: a loss (and postprocess/stats/optimizer functions) -> a policy
+    # class -> a registered algorithm and trainer class
+    "build_policy": "rlrun.algos.classic", "build_torch_policy": "rlrun.algos.classic",
+    "build_tf_policy": "rlrun.algos.classic", "build_trainer": "rlrun.app.rllib",
+    "compute_advantages": "rlrun.data.postprocessing", "Postprocessing": "rlrun.data.postprocessing",
     # experience sources and callbacks
     "ExperienceSource": "rlrun.sources.source", "SourceContext": "rlrun.sources.source",
     "Callbacks": "rlrun.sources.callbacks", "IterationHook": "rlrun.training.hooks",

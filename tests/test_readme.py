@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, free_port, isolated, on_ray_cluster
 
@@ -47,7 +48,9 @@ def blocks() -> list[Block]:
 
 
 BLOCKS = blocks()
-RUNNABLE = [b for b in BLOCKS if b.lang in ("bash", "python", "console")]
+# yaml: a file the README asks to write (an RLlib experiment file): written as <its first key>.yaml,
+# which the bash block after it runs
+RUNNABLE = [b for b in BLOCKS if b.lang in ("bash", "python", "console", "yaml")]
 
 
 def commands(block: Block) -> list[str]:
@@ -296,6 +299,9 @@ def run_python(block: Block, launch: Path) -> None:
     if "SOURCES.register" in code:  # "Put this in my_sources.py"; the bash block after it uses it
         (launch / "my_sources.py").write_text(code)
         code = "import my_sources"
+    if "build_trainer(" in code:  # "in my_policies.py"; the blocks after it use it
+        (launch / "my_policies.py").write_text(code)
+        code = "import my_policies"
     if "CALLBACKS.register" in code:  # "Put this in my_callbacks.py ..."; the bash block before uses it
         (launch / "my_callbacks.py").write_text(code)
         code = "import my_callbacks"
@@ -356,6 +362,8 @@ def test_readme_block_runs(block: Block, launch: Path):
         run_python(block, launch)
     elif block.lang == "console":
         run_console(block, launch)
+    elif block.lang == "yaml":
+        (launch / f"{next(iter(yaml.safe_load(block.text)))}.yaml").write_text(block.text)
     else:
         for cmd in commands(block):
             run_bash_command(cmd, launch)

@@ -206,6 +206,36 @@ def normalize_advantages(adv: torch.Tensor) -> torch.Tensor:
     return (adv - adv.mean()) / (adv.std() + 1e-8)
 
 
+class Postprocessing:
+    """RLlib's names of the columns ``compute_advantages`` adds (``Postprocessing.ADVANTAGES``)."""
+
+    ADVANTAGES = SB.ADVANTAGES
+    VALUE_TARGETS = SB.VALUE_TARGETS
+
+
+def compute_advantages(rollout: SB, last_r: float, gamma: float = 0.9, lambda_: float = 1.0, use_gae: bool = True,
+                       use_critic: bool = True) -> SB:
+    """RLlib's ``compute_advantages`` on one trajectory (1-D rows, time order; what a classic
+    ``postprocess_fn`` gets): GAE with ``use_gae``, else discounted returns (minus ``vf_preds`` with
+    ``use_critic``); ``last_r`` bootstraps the end. Adds ADVANTAGES and VALUE_TARGETS, in place."""
+    rewards = np.asarray(rollout[SB.REWARDS], dtype=np.float32)
+    n = len(rewards)
+    ends = np.zeros(n, dtype=bool)
+    ends[-1:] = True
+    if use_gae or use_critic:
+        values = np.asarray(rollout[SB.VF_PREDS], dtype=np.float32)
+    if use_gae:
+        nxt = np.r_[values[1:], np.float32(last_r)].astype(np.float32)
+        res = compute_gae(rewards, values, nxt, np.zeros(n, dtype=bool), ends, gamma, lambda_)
+        adv, targets = res.advantages, res.value_targets
+    else:
+        returns = discounted_returns(rewards, ends, gamma, np.full(n, last_r, dtype=np.float32))
+        adv, targets = (returns - values, returns) if use_critic else (returns, np.zeros_like(returns))
+    rollout[SB.ADVANTAGES] = adv.astype(np.float32)
+    rollout[SB.VALUE_TARGETS] = targets.astype(np.float32)
+    return rollout
+
+
 def piecewise(schedule: Sequence[Sequence[float]], t: float) -> float:
     """A piecewise-linear schedule ``[[t0, v0], [t1, v1], ...]`` at ``t`` (held flat past the ends)."""
     return float(np.interp(t, [p[0] for p in schedule], [p[1] for p in schedule]))

@@ -28,11 +28,12 @@ class ModelOutput(NamedTuple):
     values: torch.Tensor  # [B]
 
 
+# "linear": no activation (RLlib's fcnet_activation: linear, a linear model)
 ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU,
+    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU, "silu": nn.SiLU, "linear": nn.Identity,
 }
 _ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "gelu": F.gelu, "silu": F.silu,
+    "tanh": torch.tanh, "relu": torch.relu, "elu": F.elu, "gelu": F.gelu, "silu": F.silu, "linear": lambda x: x,
 }
 
 

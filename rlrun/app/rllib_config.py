@@ -1,0 +1,339 @@
+"""RLlib's classic experiment specs and config dicts -> rlrun command-line overrides.
+
+An RLlib tuned-example file is ``<name>: {env, run, stop, config}``; ``translate`` turns one entry
+into the overrides ``rlrun`` composes (so a file's run is an ordinary rlrun run, recorded alike), with
+the keys it accepted without use and the notes said once on the console. RLlib's defaults apply to
+keys a file leaves unset (``RLLIB_DEFAULTS``: the classic stack's, Ray 2.x), so a file trains as it
+did in RLlib; the one deliberate difference: RLlib's default rollout workers become as many env
+copies in-process (the same samples; Ray workers only when the file sets ``num_workers``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlrun.config.typed import ConfigError
+from rlrun.core.errors import suggest
+
+# run -> the config groups it selects
+ALGOS: dict[str, tuple[str, ...]] = {
+    "PG": ("algo=pg", "loss=pg", "model=mlp"), "A2C": ("algo=a2c", "loss=a2c", "model=mlp"),
+    "A3C": ("algo=a2c", "loss=a2c", "model=mlp"), "PPO": ("algo=ppo", "loss=ppo_clip", "model=mlp"),
+    "APPO": ("algo=appo", "loss=ppo_clip", "model=mlp"), "DQN": ("algo=dqn", "loss=dqn_td", "model=q_mlp"),
+    "SAC": ("algo=sac", "loss=sac", "model=twin_q_mlp"), "TD3": ("algo=td3", "loss=td3", "model=twin_q_mlp",
+                                                                "model.action_dist=deterministic"),
+    "DDPG": ("algo=td3", "loss=td3", "model=twin_q_mlp", "model.action_dist=deterministic", "model.num_critics=1",
+             "algo.policy_delay=1", "algo.target_noise=0.0"),
+    "BC": ("algo=bc", "loss=marwil", "model=mlp"), "MARWIL": ("algo=marwil", "loss=marwil", "model=mlp"),
+}
+OFF_POLICY = ("DQN", "SAC", "TD3", "DDPG")
+
+# RLlib's classic defaults (Ray 2.2-2.9, resolved from its AlgorithmConfig classes; RLlib key -> value),
+# common then per run
+RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
+    "common": {"gamma": 0.99, "lr": 0.001, "train_batch_size": 32, "num_workers": 0, "num_envs_per_worker": 1,
+               "rollout_fragment_length": 200, "grad_clip": None, "observation_filter": "NoFilter",
+               "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True,
+                         "free_log_std": False}},
+    "PG": {"lr": 0.0004, "rollout_fragment_length": "auto", "train_batch_size": 200, "num_workers": 0},
+    "A2C": {"lr": 0.0001, "grad_clip": 40.0, "lambda": 1.0, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01,
+            "rollout_fragment_length": "auto", "num_workers": 2},
+    "PPO": {"lr": 5e-5, "train_batch_size": 4000, "sgd_minibatch_size": 128, "num_sgd_iter": 30, "lambda": 1.0,
+            "kl_coeff": 0.2, "kl_target": 0.01, "vf_loss_coeff": 1.0, "entropy_coeff": 0.0, "clip_param": 0.3,
+            "vf_clip_param": 10.0, "rollout_fragment_length": "auto", "num_workers": 2,
+            "model": {"vf_share_layers": False}},
+    "APPO": {"lr": 0.0005, "train_batch_size": 500, "rollout_fragment_length": 50, "num_sgd_iter": 1,
+             "lambda": 1.0, "clip_param": 0.4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01, "grad_clip": 40.0,
+             "num_workers": 2, "vtrace": True},
+    "DQN": {"lr": 0.0005, "train_batch_size": 32, "rollout_fragment_length": "auto", "n_step": 1, "double_q": True,
+            "dueling": True, "hiddens": [256], "target_network_update_freq": 500, "grad_clip": 40.0,
+            "num_steps_sampled_before_learning_starts": 1000, "min_sample_timesteps_per_iteration": 1000,
+            "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 50000,
+                                     "prioritized_replay_alpha": 0.6, "prioritized_replay_beta": 0.4,
+                                     "prioritized_replay_eps": 1e-6},
+            "exploration_config": {"initial_epsilon": 1.0, "final_epsilon": 0.02, "epsilon_timesteps": 10000}},
+    "SAC": {"train_batch_size": 256, "rollout_fragment_length": "auto", "tau": 0.005, "initial_alpha": 1.0,
+            "n_step": 1, "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 100,
+            "replay_buffer_config": {"capacity": 1000000},
+            "optimization": {"actor_learning_rate": 0.0003, "critic_learning_rate": 0.0003,
+                             "entropy_learning_rate": 0.0003},
+            "q_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"},
+            "policy_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}},
+    "TD3": {"train_batch_size": 100, "rollout_fragment_length": "auto", "tau": 0.005, "actor_lr": 0.001,
+            "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300], "policy_delay": 2,
+            "target_noise": 0.2, "target_noise_clip": 0.5, "num_steps_sampled_before_learning_starts": 10000,
+            "min_sample_timesteps_per_iteration": 1000, "replay_buffer_config": {"capacity": 1000000},
+            "exploration_config": {"random_timesteps": 10000, "stddev": 0.1}},
+    "DDPG": {"train_batch_size": 256, "rollout_fragment_length": "auto", "tau": 0.002, "actor_lr": 0.001,
+             "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300],
+             "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 1000,
+             "replay_buffer_config": {"capacity": 50000}},
+    "BC": {"lr": 0.0001, "train_batch_size": 2000, "beta": 0.0},
+    "MARWIL": {"lr": 0.0001, "train_batch_size": 2000, "beta": 1.0, "vf_coeff": 1.0},
+}
+RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10}
+
+# keys that only meant something to TensorFlow, to RLlib's own machinery or to its reporting:
+# accepted and listed once as ignored
+IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", "num_cpus_per_worker",
+           "num_gpus_per_worker", "tf_session_args", "local_tf_session_args", "min_sample_timesteps_per_reporting",
+           "min_time_s_per_iteration", "min_time_s_per_reporting", "timesteps_per_iteration", "soft_horizon",
+           "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus", "preprocessor_pref",
+           "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused"}
+
+ENV_SUCCESSORS = {"CartPole-v0": "CartPole-v1", "Pendulum-v0": "Pendulum-v1", "MountainCar-v0": "MountainCar-v0",
+                  "Acrobot-v0": "Acrobot-v1", "LunarLander-v2": "LunarLander-v3", "LunarLanderContinuous-v2":
+                  "LunarLanderContinuous-v3", "MountainCarContinuous-v0": "MountainCarContinuous-v0",
+                  "HalfCheetah-v2": "HalfCheetah-v5", "HalfCheetah-v3": "HalfCheetah-v5", "Hopper-v2": "Hopper-v5",
+                  "Hopper-v3": "Hopper-v5", "InvertedPendulum-v2": "InvertedPendulum-v5"}
+# RLlib stop keys -> rlrun's
+STOP_KEYS = {"episode_reward_mean": "rollout/episode_return_mean",
+             "sampler_results/episode_reward_mean": "rollout/episode_return_mean",
+             "env_runners/episode_return_mean": "rollout/episode_return_mean",
+             "evaluation/episode_reward_mean": "eval/episode_return_mean",
+             "evaluation/sampler_results/episode_reward_mean": "eval/episode_return_mean",
+             "evaluation/env_runners/episode_return_mean": "eval/episode_return_mean",
+             "timesteps_total": "timesteps_total", "num_env_steps_sampled": "timesteps_total",
+             "training_iteration": "training_iteration", "time_total_s": "time_total_s",
+             "episodes_total": "episodes_total"}
+ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "swish": "silu", "silu": "silu", "linear": "linear",
+               None: "linear", "gelu": "gelu"}
+FILTERS = {"NoFilter": "none", "MeanStdFilter": "mean_std"}
+
+
+@dataclass
+class Translation:
+    """What one RLlib experiment becomes: rlrun overrides, whether it is a sweep (``grid_search``), the
+    keys accepted without use, and the notes to say once."""
+
+    overrides: list[str] = field(default_factory=list)
+    sweep: bool = False
+    ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt(value: Any) -> str:
+    """A value as a Hydra override writes it."""
+    if isinstance(value, str):
+        return value if value.replace("_", "").replace("-", "").replace(".", "").isalnum() else json.dumps(value)
+    return json.dumps(value)
+
+
+def env_id(name: Any, notes: list[str], key: str = "env") -> str:
+    """A gymnasium id for RLlib's env id: a retired version mapped to its successor (said once)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{key}: expected a gymnasium env id such as CartPole-v1, got {name!r}")
+    import gymnasium as gym
+
+    if name in gym.registry:
+        return name
+    if name in ENV_SUCCESSORS and ENV_SUCCESSORS[name] in gym.registry:
+        notes.append(f"env {name} is {ENV_SUCCESSORS[name]} in gymnasium: using {ENV_SUCCESSORS[name]}")
+        return ENV_SUCCESSORS[name]
+    raise ConfigError(f"{key}: '{name}' is not a gymnasium env and has no successor there"
+                      f"{suggest(name, list(gym.registry))}")
+
+
+Pairs = list[tuple[str, Any]]
+Handler = Callable[[Any, "Context"], Pairs]
+
+
+@dataclass
+class Context:
+    run: str
+    env: str  # the gymnasium id
+    notes: list[str]
+
+
+def _to(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Handler:
+    return lambda v, ctx: [(key, convert(v))]
+
+
+def _choice(table: Mapping[Any, str], key: str, rllib_key: str) -> Handler:
+    def handle(v: Any, ctx: Context) -> Pairs:
+        if v not in table:
+            raise ConfigError(f"config.{rllib_key}: {v!r} is not supported; supported: {', '.join(map(str, table))}")
+        return [(key, table[v])]
+    return handle
+
+
+def _model(v: Any, ctx: Context) -> Pairs:
+    if not isinstance(v, Mapping):
+        raise ConfigError(f"config.model: expected a mapping (RLlib's model dict), got {v!r}")
+    out: Pairs = []
+    for k, x in v.items():
+        if k not in MODEL_KEYS:
+            raise ConfigError(f"config.model.{k}: not a model key rlrun supports{suggest(k, list(MODEL_KEYS))}; "
+                              f"supported: {', '.join(MODEL_KEYS)}")
+        out += MODEL_KEYS[k](x, ctx)
+    return out
+
+
+def _use_lstm(v: Any, ctx: Context) -> Pairs:
+    return [("__model_group__", "lstm")] if v else []
+
+
+MODEL_KEYS: dict[str, Handler] = {
+    "fcnet_hiddens": lambda v, ctx: [("model.hiddens", list(v))] if ctx.run not in ("SAC", "TD3", "DDPG",
+                                                                                     "DQN") else [],
+    "fcnet_activation": lambda v, ctx: [] if ctx.run == "DQN" else _choice(
+        ACTIVATIONS, "model.activation", "model.fcnet_activation")(v, ctx),
+    "vf_share_layers": _to("model.vf_share_layers"), "free_log_std": _to("model.free_log_std"),
+    "use_lstm": _use_lstm, "lstm_cell_size": _to("model.cell_size"), "max_seq_len": _to("model.max_seq_len"),
+    "conv_filters": lambda v, ctx: [("model.conv_filters", v)] if v is not None else [],
+    "fcnet_weights_initializer": lambda v, ctx: [],
+}
+
+
+def _unsupported(key: str, value: Any, why: str) -> Pairs:
+    raise ConfigError(f"config.{key}: {value!r} is not supported ({why})")
+
+
+def _note(ctx: Context, text: str) -> Pairs:
+    ctx.notes.append(text)
+    return []
+
+
+def _lambda(v: Any, ctx: Context) -> Pairs:
+    return [("algo.gae_lambda", v)] if ctx.run in ("PPO", "APPO", "A2C", "A3C") else []
+
+
+def _per_run(table: Mapping[str, str]) -> Handler:
+    """A key whose rlrun name depends on the algorithm (absent: the key means nothing there)."""
+    return lambda v, ctx: [(table[ctx.run], v)] if ctx.run in table else []
+
+
+def _exploration(v: Any, ctx: Context) -> Pairs:
+    if not isinstance(v, Mapping):
+        raise ConfigError(f"config.exploration_config: expected a mapping, got {v!r}")
+    kind = v.get("type", {"DQN": "EpsilonGreedy", "DDPG": "OrnsteinUhlenbeckNoise"}.get(ctx.run, "GaussianNoise"))
+    if ctx.run == "DQN":
+        if kind != "EpsilonGreedy":
+            raise ConfigError(f"config.exploration_config.type: {kind!r} is not supported for DQN; supported: "
+                              "EpsilonGreedy")
+        steps, first, last = v.get("epsilon_timesteps", 10000), v.get("initial_epsilon", 1.0), v.get("final_epsilon",
+                                                                                                        0.02)
+        return [("algo.epsilon", [[0, first], [steps, last]])]
+    if ctx.run in ("TD3", "DDPG"):
+        out: Pairs = []
+        if "random_timesteps" in v:
+            ctx.notes.append(f"exploration_config.random_timesteps={v['random_timesteps']}: rlrun acts uniformly at "
+                             "random until learning starts (num_steps_sampled_before_learning_starts)")
+        if kind == "OrnsteinUhlenbeckNoise":
+            scale = v.get("ou_base_scale", 0.1) * v.get("ou_sigma", 0.2) / math.sqrt(2 * v.get("ou_theta", 0.15))
+            ctx.notes.append(f"exploration_config: Ornstein-Uhlenbeck noise is Gaussian noise of its stationary "
+                             f"scale in rlrun ({scale:.3g} of the action range)")
+            out.append(("algo.exploration_noise", round(scale, 6)))
+        elif "stddev" in v:
+            out.append(("algo.exploration_noise", v["stddev"]))
+        return out
+    raise ConfigError(f"config.exploration_config: not supported for {ctx.run} (it explores by sampling its policy)")
+
+
+def _replay(v: Any, ctx: Context) -> Pairs:
+    if not isinstance(v, Mapping):
+        raise ConfigError(f"config.replay_buffer_config: expected a mapping, got {v!r}")
+    out: Pairs = []
+    kind = str(v.get("type", "MultiAgentReplayBuffer"))
+    if ctx.run == "DQN":
+        out.append(("algo.prioritized_replay", "Prioritized" in kind))
+    elif "Prioritized" in kind:
+        ctx.notes.append(f"replay_buffer_config.type={kind}: {ctx.run} replays uniformly in rlrun")
+    for k, x in v.items():
+        target = {"capacity": "algo.replay_capacity", "learning_starts": "algo.learning_starts",
+                  "prioritized_replay_alpha": "algo.prioritized_replay_alpha",
+                  "prioritized_replay_beta": "algo.prioritized_replay_beta",
+                  "prioritized_replay_eps": "algo.prioritized_replay_eps"}.get(k)
+        if target and (ctx.run == "DQN" or "prioritized" not in target):
+            out.append((target, x))
+        elif k not in IGNORED and k != "type":
+            raise ConfigError(f"config.replay_buffer_config.{k}: not supported; supported: capacity, learning_starts, "
+                              "type, prioritized_replay_alpha/beta/eps")
+    return out
+
+
+def _sub_model(hidden_key: str) -> Handler:
+    def handle(v: Any, ctx: Context) -> Pairs:
+        if not isinstance(v, Mapping):
+            raise ConfigError(f"config: expected a model mapping, got {v!r}")
+        out: Pairs = [(hidden_key, list(v["fcnet_hiddens"]))] if "fcnet_hiddens" in v else []
+        if "fcnet_activation" in v:
+            out += _choice(ACTIVATIONS, "model.activation", "fcnet_activation")(v["fcnet_activation"], ctx)
+        return out
+    return handle
+
+
+def _optimization(v: Any, ctx: Context) -> Pairs:
+    names = {"actor_learning_rate": "algo.lr", "critic_learning_rate": "algo.critic_lr",
+             "entropy_learning_rate": "algo.alpha_lr"}
+    bad = [k for k in v if k not in names]
+    if bad:
+        raise ConfigError(f"config.optimization.{bad[0]}: not supported; supported: {', '.join(names)}")
+    return [(names[k], x) for k, x in v.items()]
+
+
+def _target_entropy(v: Any, ctx: Context) -> Pairs:
+    return [("algo.target_entropy", None if v == "auto" else v)]
+
+
+def _horizon(v: Any, ctx: Context) -> Pairs:
+    """RLlib's ``horizon``: accepted where it is the env's own time limit (gymnasium's TimeLimit)."""
+    import gymnasium as gym
+
+    limit = gym.spec(ctx.env).max_episode_steps if ctx.env in gym.registry else None
+    if v and v != limit:
+        raise ConfigError(f"config.horizon: {v} differs from {ctx.env}'s own time limit ({limit}); rlrun keeps the "
+                          "env's (gymnasium's TimeLimit): drop the key or register the env with that limit")
+    return []
+
+
+KEYS: dict[str, Handler] = {
+    "env": lambda v, ctx: [], "seed": _to("seed"), "gamma": _to("algo.gamma"), "lr": _to("algo.lr"),
+    "lr_schedule": _to("algo.lr_schedule"), "grad_clip": _to("algo.grad_clip"), "lambda": _lambda,
+    "num_workers": lambda v, ctx: [], "num_env_runners": lambda v, ctx: [], "num_envs_per_worker": lambda v, ctx: [],
+    "num_envs_per_env_runner": lambda v, ctx: [], "rollout_fragment_length": lambda v, ctx: [],
+    "train_batch_size": lambda v, ctx: [], "min_sample_timesteps_per_iteration": lambda v, ctx: [],
+    "training_intensity": lambda v, ctx: [], "batch_mode": _to("rollout.batch_mode"),
+    "observation_filter": _choice(FILTERS, "rollout.observation_filter", "observation_filter"),
+    "num_sgd_iter": _to("algo.num_sgd_iter"), "num_epochs": _to("algo.num_sgd_iter"),
+    "sgd_minibatch_size": _to("algo.sgd_minibatch_size"), "minibatch_size": _to("algo.sgd_minibatch_size"),
+    "vf_loss_coeff": _per_run({"PPO": "loss.vf_coeff", "APPO": "loss.vf_coeff", "A2C": "loss.vf_coeff",
+                               "A3C": "loss.vf_coeff", "MARWIL": "loss.vf_coeff"}),
+    "vf_coeff": _per_run({"MARWIL": "loss.vf_coeff", "BC": "loss.vf_coeff"}),
+    "entropy_coeff": _per_run({"PPO": "loss.entropy_coeff", "APPO": "loss.entropy_coeff",
+                               "A2C": "loss.entropy_coeff", "A3C": "loss.entropy_coeff"}),
+    "clip_param": _per_run({"PPO": "loss.clip_param", "APPO": "loss.clip_param"}),
+    "vf_clip_param": _per_run({"PPO": "loss.vf_clip_param"}), "kl_coeff": _per_run({"PPO": "loss.kl_coeff"}),
+    "kl_target": _per_run({"PPO": "loss.kl_target"}), "use_gae": _per_run({"A2C": "algo.use_gae"}),
+    "use_critic": lambda v, ctx: [] if v else _unsupported("use_critic", v, "rlrun's actor-critics always learn V"),
+    "vtrace": lambda v, ctx: [] if v or ctx.run != "APPO" else _note(
+        ctx, "vtrace: false - rlrun's APPO always corrects its off-policy fragments with V-trace"),
+    "model": _model, "clip_rewards": _to("algo.clip_rewards"), "beta": _per_run({"MARWIL": "algo.beta",
+                                                                                 "BC": "algo.beta"}),
+    "n_step": _to("algo.n_step"), "double_q": _to("algo.double_q"), "dueling": _to("model.dueling"),
+    "hiddens": lambda v, ctx: [], "num_atoms": _to("model.num_atoms"), "v_min": _to("model.v_min"),
+    "v_max": _to("model.v_max"), "noisy": _to("model.noisy"), "sigma0": _to("model.sigma0"),
+    "target_network_update_freq": _per_run({"DQN": "algo.target_network_update_freq"}),
+    "num_steps_sampled_before_learning_starts": _to("algo.learning_starts"), "learning_starts": _to(
+        "algo.learning_starts"), "exploration_config": _exploration, "explore": lambda v, ctx: [],
+    "replay_buffer_config": _replay, "buffer_size": _to("algo.replay_capacity"),
+    "prioritized_replay": _to("algo.prioritized_replay"), "tau": _to("algo.tau"),
+    "initial_alpha": _to("algo.initial_alpha"), "target_entropy": _target_entropy, "twin_q": lambda v, ctx: (
+        [] if v else [("model.num_critics", 1)]), "optimization": _optimization,
+    "q_model_config": _sub_model("model.critic_hiddens"), "Q_model": _sub_model("model.critic_hiddens"),
+    "policy_model_config": _sub_model("model.hiddens"), "policy_model": _sub_model("model.hiddens"),
+    "actor_hiddens": _to("model.hiddens"), "critic_hiddens": _to("model.critic_hiddens"),
+    "actor_lr": _to("algo.lr"), "critic_lr": _to("algo.critic_lr"), "policy_delay": _to("algo.policy_delay"),
+    "target_noise": _to("algo.target_noise"), "target_noise_clip": _to("algo.target_noise_clip"),
+    "smooth_target_policy": lambda v, ctx: [] if v else [("algo.target_noise", 0.0)],
+    "metrics_smoothing_episodes": _to("metrics_num_episodes_for_smoothing"),
+    "metrics_num_episodes_for_smoothing": _to("metrics_num_episodes_for_smoothing"), "horizon": _horizon,
+    "evaluation_interval": lambda v, ctx: [("evaluation.interval", v or 0)],
+    "evaluation_duration": _to("evaluation.num_episodes"), "evaluation_num_workers": lambda v, ctx: [],
+    "evaluation_num_env_runners": lambda v, ctx: [], "evaluation_config": lambda v, ctx: [],
+    "input": lambda v, ctx: [] if v == "sampler" else [("input", v)], "output": _to("output"),
+}

@@ -1,0 +1,195 @@
+"""RLlib's tuned-example files (``<name>: {env, run, stop, config}``) and ``rllib train`` arguments ->
+rlrun runs: ``translate`` gives one experiment's overrides (``rllib_config.py`` holds the key tables),
+``to_experiment_yaml`` the equivalent rlrun experiment file a user migrates to once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlrun.app.rllib_config import (
+    ALGOS,
+    IGNORED,
+    KEYS,
+    OFF_POLICY,
+    RLLIB_DEFAULTS,
+    STOP_KEYS,
+    Context,
+    Translation,
+    env_id,
+    fmt,
+)
+from rlrun.config.typed import ConfigError
+from rlrun.core.errors import suggest
+
+SPEC_KEYS = ("env", "run", "stop", "config", "checkpoint_freq", "checkpoint_at_end", "num_samples", "local_dir",
+             "storage_path", "keep_checkpoints_num")
+
+
+def load_experiments(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The experiments of an RLlib YAML file, checked for shape (one line naming the file and key)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"{path}: expected RLlib's format, a mapping <name>: {{env, run, stop, config}}; "
+                          f"got {type(data).__name__}")
+    for name, spec in data.items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: {name}: expected a mapping with run, env, stop, config; got {spec!r}")
+        for k in spec:
+            if k not in SPEC_KEYS:
+                raise ConfigError(f"{path}: {name}.{k}: not a key of an RLlib experiment{suggest(k, SPEC_KEYS)}")
+    return data
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def _grid(config: Mapping[str, Any], prefix: str = "") -> dict[str, list[Any]]:
+    """``{"lr": {"grid_search": [...]}}`` anywhere in the config -> ``{"lr": [...]}`` (dotted keys)."""
+    out: dict[str, list[Any]] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping) and "grid_search" in v:
+            out[prefix + k] = list(v["grid_search"])
+        elif isinstance(v, Mapping):
+            out.update(_grid(v, f"{prefix}{k}."))
+    return out
+
+
+def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
+    """One RLlib experiment -> rlrun overrides (RLlib's defaults for the keys it leaves unset)."""
+    tr = Translation()
+    run = spec.get("run")
+    if run not in ALGOS:
+        raise ConfigError(f"{name}.run: {run!r} is not an algorithm rlrun has{suggest(str(run), list(ALGOS))}; "
+                          f"rlrun has: {', '.join(ALGOS)}")
+    user = spec.get("config") or {}
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"{name}.config: expected a mapping of RLlib config keys, got {user!r}")
+    grid = _grid(user)
+    config = _merge(_merge(RLLIB_DEFAULTS["common"], RLLIB_DEFAULTS[run]), user)
+    env = env_id(user.get("env", spec.get("env")), tr.notes, f"{name}.env")
+    ctx = Context(run, env, tr.notes)
+    groups = list(ALGOS[run])
+    pairs: list[tuple[str, Any]] = [("env.id", env), ("tracking.experiment_name", name)]
+    for key, value in config.items():
+        if key in IGNORED:
+            if key in user:
+                tr.ignored.append(key)
+            continue
+        if key not in KEYS:
+            raise ConfigError(f"{name}.config.{key}: not an RLlib key rlrun supports{suggest(key, list(KEYS))}")
+        if isinstance(value, Mapping) and "grid_search" in value:
+            value = value["grid_search"][0]  # its values become the sweep below
+        pairs += KEYS[key](value, ctx)
+    if run == "DQN":  # RLlib's Q-net: the fcnet torso, then `hiddens` (relu) before the Q heads
+        model = config.get("model") or {}
+        pairs += [("model.hiddens", [*model.get("fcnet_hiddens", []), *config.get("hiddens", [])]),
+                  ("model.activation", "relu")]
+        if model.get("fcnet_activation", "relu") != "relu":
+            tr.notes.append(f"DQN's torso activation {model['fcnet_activation']!r} is relu in rlrun's Q-net (one "
+                            "activation for all its layers)")
+    if ("__model_group__", "lstm") in pairs:
+        groups = [g for g in groups if not g.startswith("model=")] + ["model=lstm"]
+    pairs = [p for p in pairs if p[0] != "__model_group__"]
+    pairs += _sampling(config, run, user, tr)
+    tr.overrides = [*groups, *(f"{k}={fmt(v)}" for k, v in pairs if v is not None or k.startswith(("algo.", "model."))),
+                    *_stop(spec.get("stop") or {}, name, tr.notes)]
+    tr.overrides = list({o.split("=", 1)[0].lstrip("+"): o for o in tr.overrides}.values())  # the last value wins
+    for key, values in grid.items():
+        target = [p[0] for p in KEYS[key.split(".")[0]](values[0], ctx)] if key.split(".")[0] in KEYS else []
+        if len(target) != 1:
+            raise ConfigError(f"{name}.config.{key}: grid_search is supported on keys that are one rlrun key")
+        tr.overrides = [o for o in tr.overrides if not o.startswith(target[0] + "=")]
+        tr.overrides.append(f"{target[0]}={','.join(fmt(v) for v in values)}")
+        tr.sweep = True
+    return tr
+
+
+def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: Translation) -> list[tuple[str, Any]]:
+    """Workers, sub-envs, fragment and batch sizes: RLlib's meaning in rlrun's terms."""
+    workers = int(config.get("num_env_runners", config.get("num_workers", 0)) or 0)
+    envs = int(config.get("num_envs_per_env_runner", config.get("num_envs_per_worker", 1)) or 1)
+    out: list[tuple[str, Any]] = []
+    if "num_workers" in user or "num_env_runners" in user:
+        if workers:
+            out += [("rollout", "ray"), ("rollout.num_workers", workers)]
+    elif workers:  # RLlib's default workers: as many env copies in-process (the same samples)
+        envs *= workers
+        workers = 0
+    out.append(("rollout.num_envs_per_worker", envs))
+    frag = config.get("rollout_fragment_length", "auto")
+    batch = int(config.get("train_batch_size", 200))
+    per_round = envs * max(workers, 1)
+    if run in OFF_POLICY:  # RLlib's train_batch_size is the SGD minibatch; iterations sample min_sample_timesteps
+        frag = int(config.get("n_step", 1)) if frag == "auto" else int(frag)  # RLlib's "auto" here: n_step
+        step_rows = frag * per_round
+        iteration = max(int(config.get("min_sample_timesteps_per_iteration", 1000)), step_rows)
+        intensity = float(config.get("training_intensity") or batch / step_rows)
+        out += [("algo.sgd_minibatch_size", batch), ("algo.training_intensity", intensity),
+                ("algo.train_batch_size", math.ceil(iteration / step_rows) * step_rows),
+                ("rollout.rollout_fragment_length", "auto")]
+        return out
+    if frag == "auto":
+        if batch % per_round:
+            tr.notes.append(f"train_batch_size {batch} is not a multiple of {per_round} env copies: "
+                            f"using {math.ceil(batch / per_round) * per_round}")
+            batch = math.ceil(batch / per_round) * per_round
+        return [*out, ("rollout.rollout_fragment_length", "auto"), ("algo.train_batch_size", batch)]
+    round_rows = int(frag) * per_round
+    if batch % round_rows:  # RLlib samples whole rounds until it has train_batch_size rows
+        tr.notes.append(f"train_batch_size {batch} is not a multiple of rollout_fragment_length x env copies = "
+                        f"{round_rows}: using {math.ceil(batch / round_rows) * round_rows}, as RLlib samples")
+        batch = math.ceil(batch / round_rows) * round_rows
+    return [*out, ("rollout.rollout_fragment_length", int(frag)), ("algo.train_batch_size", batch)]
+
+
+def _stop(stop: Any, name: str, notes: list[str]) -> list[str]:
+    if not isinstance(stop, Mapping):
+        raise ConfigError(f"{name}.stop: expected a mapping such as {{episode_reward_mean: 150}}, got {stop!r}")
+    if not stop:  # RLlib would train until interrupted; a run here needs an end
+        notes.append("no stop criteria: rlrun's default applies (stop.timesteps_total=100000)")
+        return []
+    out = ["stop.timesteps_total=null"]
+    for key, value in stop.items():
+        if key not in STOP_KEYS:
+            raise ConfigError(f"{name}.stop.{key}: not a stop key rlrun supports{suggest(key, list(STOP_KEYS))}; "
+                              f"supported: {', '.join(STOP_KEYS)}")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ConfigError(f"{name}.stop.{key}: expected a number, got {value!r}")
+        target = STOP_KEYS[key]
+        out.append(f"++stop.{target.replace('/', '.')}={value}" if "/" in target else f"stop.{target}={value}")
+    return out
+
+
+def to_experiment_yaml(overrides: list[str]) -> str:
+    """The rlrun experiment file (``+experiment=<name>`` in a config dir's ``experiment/``) that
+    composes what ``overrides`` do."""
+    defaults: list[dict[str, str]] = []
+    keys: dict[str, Any] = {}
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if "." not in key and key in ("algo", "loss", "model", "env", "rollout", "tracking"):
+            defaults.append({f"override /{key}": value})
+            continue
+        node = keys
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value) if value else None
+    head = "# @package _global_\n# written by rlrun-rllib from an RLlib experiment; run with +experiment=<this file>\n"
+    return head + yaml.safe_dump({"defaults": defaults, **keys}, sort_keys=False)

@@ -1,0 +1,206 @@
+"""RLlib's experiment files and command lines run by rlrun (issue 35, items 1-2): ``rlrun-rllib train
+-f FILE`` / ``--run --env --config --stop``, ``--export`` to rlrun's experiment file, ``grid_search``
+sweeps, ``rollout``/``evaluate`` of a checkpoint, and one line with exit 2 for every malformed or
+unsupported file or line. The files here are written in RLlib's format for these tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from rlrun.app.rllib_files import translate
+from tests.conftest import REPO, run_summary
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+# the shape of RLlib's ppo/cartpole-ppo.yaml of Ray 2.x, with num_workers 0 and the old env id
+PPO_FILE = """
+cartpole-ppo:
+    env: CartPole-v0
+    run: PPO
+    stop:
+        episode_reward_mean: 150
+        timesteps_total: 100000
+    config:
+        framework: tf
+        gamma: 0.99
+        lr: 0.0003
+        num_workers: 0
+        observation_filter: MeanStdFilter
+        num_sgd_iter: 6
+        vf_loss_coeff: 0.01
+        model:
+            fcnet_hiddens: [32]
+            fcnet_activation: linear
+            vf_share_layers: true
+        enable_connectors: true
+"""
+
+
+def rllib(args: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlrun.app.rllib_cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=ENV)
+
+
+def runs(db: Path) -> list:
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+@pytest.mark.slow
+def test_an_rllib_tuned_example_file_trains_to_its_own_stop_and_records(tmp_path):
+    (tmp_path / "cartpole-ppo.yaml").write_text(PPO_FILE)
+    p = rllib(["train", "-f", "cartpole-ppo.yaml"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert run_summary(p.stdout)["stopped"].startswith("rollout/episode_return_mean"), p.stdout[-1500:]
+    assert "ignored (TensorFlow or RLlib-only): framework, enable_connectors" in p.stderr
+    (run,) = runs(tmp_path / "mlflow.db")
+    assert run.info.status == "FINISHED" and run.data.metrics["rollout/episode_return_mean"] >= 150
+    assert run.data.params["algo.num_sgd_iter"] == "6" and run.data.params["loss.vf_coeff"] == "0.01"
+    assert run.data.params["algo.sgd_minibatch_size"] == "128"  # RLlib's default where the file sets none
+    assert run.data.params["env.id"] == "CartPole-v0"  # gymnasium still has it: the file's env, as in RLlib
+    # rollout/evaluate of its checkpoint, RLlib's way
+    ev = rllib(["rollout", run_summary(p.stdout)["checkpoint"], "--run", "PPO",
+                "--episodes", "3"], tmp_path)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "mean" in ev.stdout and "CartPole-v0" in ev.stdout
+
+
+@pytest.mark.slow
+def test_rllib_train_command_line_trains_and_records(tmp_path):
+    p = rllib(["train", "--run=PPO", "--env=CartPole-v1", "--config", '{"lr": 0.001, "num_sgd_iter": 4}',
+               "--stop", '{"timesteps_total": 8000}', "--checkpoint-freq", "1"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert run_summary(p.stdout)["stopped"].startswith("timesteps_total")
+    (run,) = runs(tmp_path / "mlflow.db")
+    assert run.info.status == "FINISHED" and run.data.params["algo.lr"] == "0.001"
+    assert run.data.params["checkpoint.every_n_iters"] == "1"
+
+
+def test_export_writes_the_rlrun_experiment_that_composes_the_same_run(tmp_path):
+    (tmp_path / "cartpole-ppo.yaml").write_text(PPO_FILE)
+    p = rllib(["train", "-f", "cartpole-ppo.yaml", "--export", "conf"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "rlrun --config-dir conf +experiment=cartpole-ppo" in p.stdout
+    exported = yaml.safe_load((tmp_path / "conf" / "experiment" / "cartpole-ppo.yaml").read_text())
+    assert exported["algo"]["num_sgd_iter"] == 6 and exported["model"]["activation"] == "linear"
+    assert exported["stop"] == {"timesteps_total": 100000, "rollout": {"episode_return_mean": 150}}
+    def job_config(args: list[str]) -> dict:
+        p = subprocess.run([sys.executable, "-m", "rlrun", *args, "--cfg", "job"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env=ENV)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return yaml.safe_load(p.stdout)
+
+    from_file = job_config(["--config-dir", "conf", "+experiment=cartpole-ppo"])
+    direct = job_config(translate(yaml.safe_load(PPO_FILE)["cartpole-ppo"], "cartpole-ppo").overrides)
+    for section in ("algo", "loss", "model", "rollout", "env", "stop"):
+        assert from_file[section] == direct[section], section
+
+
+def test_an_env_id_gymnasium_retired_is_mapped_to_its_successor_and_said_once():
+    tr = translate({"run": "SAC", "env": "Pendulum-v0"}, "p")
+    assert "env.id=Pendulum-v1" in tr.overrides
+    assert tr.notes[0] == "env Pendulum-v0 is Pendulum-v1 in gymnasium: using Pendulum-v1"
+    assert sum("Pendulum" in n for n in tr.notes) == 1
+
+
+def test_grid_search_becomes_a_sweep_over_the_rlrun_key():
+    spec = {"run": "PPO", "env": "CartPole-v1", "config": {"lr": {"grid_search": [0.001, 0.0003]},
+                                                             "model": {"fcnet_hiddens": [32]}}}
+    tr = translate(spec, "grid")
+    assert tr.sweep and "algo.lr=0.001,0.0003" in tr.overrides
+    assert sum(o.startswith("algo.lr=") for o in tr.overrides) == 1
+
+
+def test_rllib_defaults_apply_where_a_file_sets_nothing():
+    tr = translate({"run": "DQN", "env": "CartPole-v1", "config": {"model": {"fcnet_hiddens": [64]}}}, "d")
+    o = dict(x.split("=", 1) for x in tr.overrides if "=" in x)
+    assert o["algo.lr"] == "0.0005" and o["algo.sgd_minibatch_size"] == "32" and o["model.hiddens"] == "[64, 256]"
+    # RLlib's "auto" fragment for DQN is n_step (1): one 32-row update per env step; prioritized replay
+    assert o["algo.training_intensity"] == "32.0" and o["algo.epsilon"] == "[[0, 1.0], [10000, 0.02]]"
+    assert o["algo.prioritized_replay"] == "true" and o["algo.replay_capacity"] == "50000"
+    ppo = dict(x.split("=", 1) for x in translate({"run": "PPO", "env": "CartPole-v1"}, "p").overrides)
+    # RLlib's 2 default rollout workers are as many env copies in-process
+    assert ppo["algo.train_batch_size"] == "4000" and ppo["rollout.num_envs_per_worker"] == "2"
+    assert "rollout" not in ppo and ppo["loss.clip_param"] == "0.3"
+
+
+BAD = {
+    "not yaml": ("bad.yaml", "a: [1, 2\n", "not valid YAML"),
+    "not a mapping": ("bad.yaml", "- 1\n- 2\n", "expected RLlib's format"),
+    "experiment not a mapping": ("bad.yaml", "x: 3\n", "x: expected a mapping"),
+    "unknown spec key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, stopp: {}}\n", "x.stopp: not a key"),
+    "unknown algorithm": ("bad.yaml", "x: {run: IMPALA, env: CartPole-v1}\n", "x.run: 'IMPALA' is not an algorithm"),
+    "misspelled algorithm": ("bad.yaml", "x: {run: PP0, env: CartPole-v1}\n", "did you mean 'PPO'"),
+    "unknown config key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: {num_sgd_iters: 3}}\n",
+                           "x.config.num_sgd_iters: not an RLlib key rlrun supports (did you mean 'num_sgd_iter'?)"),
+    "unknown model key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: {model: {fcnet_hidden: [8]}}}\n",
+                          "config.model.fcnet_hidden: not a model key"),
+    "bad activation": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: {model: {fcnet_activation: softsign}}}\n",
+                       "config.model.fcnet_activation: 'softsign' is not supported"),
+    "bad filter": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: {observation_filter: ConcurrentMeanStd}}\n",
+                   "config.observation_filter: 'ConcurrentMeanStd' is not supported"),
+    "env without successor": ("bad.yaml", "x: {run: PPO, env: Pong-ram-v9}\n",
+                              "x.env: 'Pong-ram-v9' is not a gymnasium"),
+    "missing env": ("bad.yaml", "x: {run: PPO}\n", "x.env: expected a gymnasium env id"),
+    "unknown stop key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, stop: {episode_len_mean: 100}}\n",
+                         "x.stop.episode_len_mean: not a stop key"),
+    "stop value not a number": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, stop: {timesteps_total: lots}}\n",
+                                "x.stop.timesteps_total: expected a number"),
+    "exploration type": ("bad.yaml", "x: {run: DQN, env: CartPole-v1, config: {exploration_config: "
+                         "{type: SoftQ}}}\n", "exploration_config.type: 'SoftQ' is not supported for DQN"),
+    "unsupported use_critic": ("bad.yaml", "x: {run: A2C, env: CartPole-v1, config: {use_critic: false}}\n",
+                               "config.use_critic: False is not supported"),
+    "file missing": ("", "", "nope.yaml: cannot read the file"),
+    "bad --config JSON": (None, ["--run=PPO", "--env=CartPole-v1", "--config", "{lr: 1}"], "--config: not valid JSON"),
+    "--run missing": (None, ["--env=CartPole-v1"], "--run: missing"),
+    "unknown option": (None, ["--run=PPO", "--env=CartPole-v1", "--num-workers=2"],
+                       "--num-workers=2: not an option of rlrun-rllib train"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_a_malformed_or_unsupported_file_or_line_gets_one_line_and_exit_2(case, tmp_path):
+    name, content, expect = BAD[case]
+    if name is None:
+        args = ["train", *content]
+    elif name == "":
+        args = ["train", "-f", "nope.yaml"]
+    else:
+        (tmp_path / name).write_text(textwrap.dedent(content))
+        args = ["train", "-f", name]
+    p = rllib(args, tmp_path, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr, p.stdout[-500:])
+    assert lines[0].startswith("rlrun-rllib: ") and expect in lines[0], lines[0]
+    assert not (tmp_path / "mlflow.db").exists()  # refused before anything ran
+
+
+@pytest.mark.slow
+def test_a_grid_search_file_runs_as_one_sweep_with_a_run_per_setting(tmp_path):
+    (tmp_path / "grid.yaml").write_text(textwrap.dedent("""
+        cartpole-grid:
+            env: CartPole-v1
+            run: PPO
+            stop: {timesteps_total: 2000}
+            config:
+                num_workers: 0
+                train_batch_size: 1000
+                num_sgd_iter: 2
+                lr: {grid_search: [0.001, 0.0003]}
+        """))
+    p = rllib(["train", "-f", "grid.yaml"], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "2 jobs, 2 finished, 0 failed" in p.stdout
+    found = runs(tmp_path / "mlflow.db")
+    parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert sorted(r.data.params["algo.lr"] for r in children) == ["0.0003", "0.001"]
