@@ -217,3 +217,25 @@ def test_the_summary_names_the_configured_return_window(tmp_path):
     summary = Summary("timesteps_total = 64 >= 64", False, rows, 1.0, tmp_path, None, None, None, "e", None, window=10)
     lines = summary.lines()
     assert "final -300.0, best -300.0 (mean of the last 10 episodes)" in lines[1]
+
+
+def test_td3_loss_takes_rllib_ddpgs_huber_critic_and_l2_reg():
+    from rlrun.algos.td3 import TD3LossConfig
+
+    p = _policy("td3", {"target_noise": 0.0})
+    tb = {k: torch.as_tensor(v) for k, v in _batch(seed=2).items()}
+    tb[SB.NSTEP_REWARDS] = tb[SB.NSTEP_REWARDS] * 50  # TD errors far beyond the Huber delta
+
+    def loss(**kw):
+        p.loss_config = TD3LossConfig(**kw)
+        return td3_loss(p, p.model, p.dist_class, tb)
+
+    plain, huber = loss(), loss(huber_delta=1.0)
+    assert huber.terms["critic"] < plain.terms["critic"] / 5  # linear, not squared, in the large errors
+    m = p.model
+    weights = [w for n, w in [*m.actor.named_parameters(), *m.head.named_parameters()] if "bias" not in n]
+    critic_weights = [w for n, w in m.critics.named_parameters() if "bias" not in n]
+    reg = loss(l2_reg=0.1)
+    l2 = lambda ws: sum(float(w.pow(2).sum()) / 2 for w in ws)  # noqa: E731
+    assert float(reg.terms["critic"] - plain.terms["critic"]) == pytest.approx(0.1 * l2(critic_weights), rel=1e-4)
+    assert float(reg.terms["actor"] - plain.terms["actor"]) == pytest.approx(0.1 * l2(weights), rel=1e-4)

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from rlrun.algos.algorithm import Algorithm, register_algorithm
 from rlrun.algos.sac import (
@@ -69,6 +70,8 @@ def td3_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
 @dataclass
 class TD3LossConfig(LossConfig):
     name: str = "td3"
+    huber_delta: float | None = None  # the critic's TD error through a Huber loss of this delta (None: squared)
+    l2_reg: float = 0.0  # + l2_reg * sum(w^2)/2 over the actor's and critics' weights (RLlib DDPG's l2_reg)
 
 
 @LOSSES.register("td3", config=TD3LossConfig, requires=REPLAY_COLUMNS, terms=("critic", "actor"),
@@ -89,12 +92,26 @@ def td3_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
         target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * target_model.q(next_obs, a2).min(0).values
     obs = batch[SB.OBS]
     q = m.q(obs, m.to_unit(batch[SB.ACTIONS]))
-    critic = (q - target).pow(2).mean(-1).sum()
+    lc = policy.loss_config_as(TD3LossConfig)
+    td = q - target
+    if lc.huber_delta is None:
+        critic = td.pow(2).mean(-1).sum()
+    else:  # RLlib DDPG's use_huber: its huber_loss(x, delta), summed over the critics
+        critic = F.huber_loss(td, torch.zeros_like(td), delta=lc.huber_delta, reduction="none").mean(-1).sum()
+    if lc.l2_reg:
+        critic = critic + lc.l2_reg * _l2(m.critics.named_parameters())
     total, terms = critic, {"critic": critic}
     if st.num_updates % cfg.policy_delay == 0:
         actor = -m.q(obs, torch.tanh(model(obs).dist_inputs), detach=True)[0].mean()
+        if lc.l2_reg:
+            actor = actor + lc.l2_reg * _l2([*m.actor.named_parameters(), *m.head.named_parameters()])
         total, terms["actor"] = total + actor, actor
     return LossOutput(total, terms, {"q_mean": q.detach().mean(), "target_mean": target.mean()})
+
+
+def _l2(named: Any) -> torch.Tensor:
+    """sum(w^2)/2 over the weights, biases excluded (RLlib's l2_reg)."""
+    return sum((p.pow(2).sum() / 2 for name, p in named if "bias" not in name), torch.zeros(()))
 
 
 def td3_after_update(policy: Policy, state: ActorCriticState) -> None:

@@ -96,6 +96,8 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
         if isinstance(value, Mapping) and "grid_search" in value:
             value = value["grid_search"][0]  # its values become the sweep below
         pairs += KEYS[key](value, ctx)
+    if not config.get("use_huber"):  # RLlib's huber_threshold means nothing without use_huber
+        pairs = [p for p in pairs if p[0] != "loss.huber_delta"]
     if run == "DQN":  # RLlib's Q-net: the fcnet torso, then `hiddens` (relu) before the Q heads
         model = config.get("model") or {}
         pairs += [("model.hiddens", [*model.get("fcnet_hiddens", []), *config.get("hiddens", [])]),
