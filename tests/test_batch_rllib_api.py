@@ -171,3 +171,29 @@ def test_rllib_module_names_map_onto_rlrun_for_rllibs_own_tests():
     out = subprocess.run([sys.executable, "-c", code], cwd=tests_dir, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "differs"
+
+
+def test_a_sequence_batch_pickles_and_copies_whatever_its_column_order():
+    import copy
+
+    s = SB({"obs": np.arange(5.0), "state_in_0": np.zeros((2, 4)), SB.SEQ_LENS: [2, 3]})
+    for back in (pickle.loads(pickle.dumps(s)), copy.copy(s), copy.deepcopy(s)):
+        assert back.count == 5 and back["state_in_0"].shape == (2, 4) and back.max_seq_len == 3
+
+
+def test_adjacent_slices_of_a_sequence_batch_cover_every_row_once():
+    s = SB({"a": np.arange(6), SB.SEQ_LENS: [2, 4], "state_out_0": np.arange(6)})
+    halves = s.timeslices(num_slices=2)  # the cut at row 3 falls inside the second sequence
+    assert [h["a"].tolist() for h in halves] == [[0, 1], [2, 3, 4, 5]]
+    assert s[3:6]["a"].tolist() == [2, 3, 4, 5]  # a start inside a sequence moves back to its start
+    assert halves[1]["state_out_0"].tolist() == [2, 3, 4, 5]  # state_out is per step, as in RLlib
+    padded = SB({"a": [0, 1, 2], "state_out_0": [0, 1, 2], SB.SEQ_LENS: [1, 2]}).right_zero_pad(3)
+    assert padded["state_out_0"].tolist() == [0, 0, 0, 1, 2, 0]
+
+
+def test_empty_seq_lens_and_dones_read_as_rllib_reads_them():
+    for empty in (None, []):
+        b = SB({"obs": np.arange(4), SB.SEQ_LENS: empty})
+        assert SB.SEQ_LENS not in b and b[1:3]["obs"].tolist() == [1, 2]
+    b = SB({"obs": np.arange(3), SB.TERMINATEDS: [False, False, True]})
+    assert b[SB.DONES].tolist() == [False, False, True]  # RLlib 2.x: DONES reads TERMINATEDS

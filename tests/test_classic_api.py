@@ -182,3 +182,20 @@ def test_optimizer_fn_gives_the_policy_its_optimizer(classic_pg):
         assert np.isfinite(trainer.train()["train/loss/total"])
     finally:
         trainer.stop()
+
+
+def test_a_policy_config_key_that_is_a_python_keyword_reaches_policy_config():
+    seen = []
+
+    def loss(policy, model, dist_class, batch):
+        seen.append(policy.config["lambda"])
+        logits, _ = model(batch)
+        return -(dist_class(logits).logp(batch[SB.ACTIONS]) * batch[SB.REWARDS]).mean()
+
+    cls = build_policy("LambdaPolicy", loss_fn=loss, get_default_config=lambda: {"lambda": 1.0})
+    trainer = build_trainer("LambdaTrainer", default_policy=cls)(config={"env": "CartPole-v1", "lambda": 0.9})
+    try:
+        trainer.train()
+    finally:
+        trainer.stop()
+    assert seen and set(seen) == {0.9}

@@ -204,3 +204,38 @@ def test_a_grid_search_file_runs_as_one_sweep_with_a_run_per_setting(tmp_path):
     children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert sorted(r.data.params["algo.lr"] for r in children) == ["0.0003", "0.001"]
+
+
+def test_grid_values_are_translated_and_exported_to_hydras_sweeper(tmp_path):
+    from rlrun.app.rllib_files import to_experiment_yaml
+
+    spec = {"run": "PPO", "env": "CartPole-v1",
+            "config": {"observation_filter": {"grid_search": ["NoFilter", "MeanStdFilter"]},
+                       "model": {"fcnet_hiddens": {"grid_search": [[32], [64, 64]]}}}}
+    tr = translate(spec, "g")
+    assert "rollout.observation_filter=none,mean_std" in tr.overrides
+    assert "model.hiddens=[32],[64, 64]" in tr.overrides
+    exported = yaml.safe_load(to_experiment_yaml(tr.overrides, tr.sweep_params))
+    assert exported["hydra"]["sweeper"]["params"]["rollout.observation_filter"] == "none,mean_std"
+    assert "observation_filter" not in exported.get("rollout", {})
+
+
+def test_ddpg_and_td3_twin_q_and_target_smoothing_follow_rllibs_flags():
+    def o(run, **config):
+        return dict(x.split("=", 1) for x in translate({"run": run, "env": "Pendulum-v1", "config": config},
+                                                       "x").overrides)
+
+    assert (o("DDPG")["model.num_critics"], o("DDPG")["algo.target_noise"]) == ("1", "0.0")
+    assert (o("TD3")["model.num_critics"], o("TD3")["algo.target_noise"]) == ("2", "0.2")
+    twin = o("DDPG", twin_q=True, smooth_target_policy=True, target_noise=0.3)
+    assert (twin["model.num_critics"], twin["algo.target_noise"]) == ("2", "0.3")
+    assert o("DDPG", target_noise=0.3)["algo.target_noise"] == "0.0"  # no smoothing unless asked for
+    assert o("DDPG")["algo.exploration_noise"] == "0.075933"  # OU's stationary scale on [-1, 1]
+
+
+def test_override_values_keep_their_type_through_hydra():
+    from rlrun.app.rllib_config import fmt
+
+    assert [fmt(v) for v in ("mean_std", "true", "null", "1e3", "CartPole-v1")] == [
+        "mean_std", '"true"', '"null"', '"1e3"', "CartPole-v1"]
+    assert fmt({"sampler": 0.5, "data/x": 0.5}) == "{sampler: 0.5, data/x: 0.5}"

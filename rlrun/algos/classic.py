@@ -23,6 +23,7 @@ that builds them is imported (``plugins: [my_module]``), both are selectable fro
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -70,12 +71,22 @@ class ModelView:
         return getattr(self._model, name)
 
 
+# a policy's config key that is a Python keyword (RLlib's "lambda") is the config field "<key>_"
+_KEYWORD_FIELDS = {f"{k}_": k for k in keyword.kwlist}
+
+
+def field_name(key: str) -> str:
+    """The algo config field for a policy's config key (``lambda`` -> ``lambda_``)."""
+    return f"{key}_" if keyword.iskeyword(key) else key
+
+
 class PolicyView:
     """The Policy as a classic function sees it: ``config`` is a dict; everything else is the Policy's."""
 
     def __init__(self, policy: Policy, defaults: Mapping[str, Any]) -> None:
         self._policy = policy
-        self.config = {**defaults, **dataclasses.asdict(policy.config)}
+        own = {_KEYWORD_FIELDS.get(k, k): v for k, v in dataclasses.asdict(policy.config).items()}
+        self.config = {**defaults, **own}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._policy, name)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rlrun.algos.algorithm import Algorithm, register_algorithm
-from rlrun.algos.classic import ClassicPolicy
+from rlrun.algos.classic import ClassicPolicy, field_name
 from rlrun.app.rllib_config import fmt
 from rlrun.app.rllib_files import translate
 from rlrun.config.schemas import AlgoConfig
@@ -36,7 +36,8 @@ def _config_class(name: str, defaults: Mapping[str, Any]) -> type[AlgoConfig]:
     own = {f.name for f in dataclasses.fields(AlgoConfig)}
     specs: dict[str, Any] = {"name": (str, dataclasses.field(default=name)),
                              "grad_clip": (float | None, dataclasses.field(default=None))}
-    for key, value in defaults.items():
+    for rllib_key, value in defaults.items():
+        key = field_name(rllib_key)
         if key in own or not (isinstance(value, bool | int | float | str) or value is None):
             specs[key] = (Any, dataclasses.field(default_factory=functools.partial(copy.deepcopy, value)))
         else:
@@ -91,7 +92,7 @@ class ClassicTrainer:
         rllib = {**{k: v for k, v in policy_keys.items() if k in own},
                  **{k: v for k, v in config.items() if k not in policy_keys or k in own}}
         tr = translate({"run": "PG", "env": env, "config": rllib}, self.algo_name)
-        extra = [f"++algo.{k}={fmt(v)}" for k, v in config.items() if k in policy_keys and k not in own]
+        extra = [f"++algo.{field_name(k)}={fmt(v)}" for k, v in config.items() if k in policy_keys and k not in own]
         groups = ("loss=", "tracking.experiment_name=")
         self.overrides = _last_wins([*(o for o in tr.overrides if not o.startswith(groups)),
                                      f"algo.name={self.algo_name}", "loss=custom", f"loss.name={self.policy_cls.name}",

@@ -90,7 +90,7 @@ def train(args: argparse.Namespace, extra: list[str]) -> int:
         out = Path(args.export) / "experiment"
         out.mkdir(parents=True, exist_ok=True)
         for name, tr in plans:
-            (out / f"{name}.yaml").write_text(to_experiment_yaml(tr.overrides))
+            (out / f"{name}.yaml").write_text(to_experiment_yaml(tr.overrides, tr.sweep_params))
             print(f"rlrun-rllib: wrote {out / f'{name}.yaml'}; run it with: rlrun --config-dir {args.export} "
                   f"+experiment={name}{' -m' if tr.sweep else ''}")
         return 0

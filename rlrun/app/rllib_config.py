@@ -26,8 +26,7 @@ ALGOS: dict[str, tuple[str, ...]] = {
     "APPO": ("algo=appo", "loss=ppo_clip", "model=mlp"), "DQN": ("algo=dqn", "loss=dqn_td", "model=q_mlp"),
     "SAC": ("algo=sac", "loss=sac", "model=twin_q_mlp"), "TD3": ("algo=td3", "loss=td3", "model=twin_q_mlp",
                                                                 "model.action_dist=deterministic"),
-    "DDPG": ("algo=td3", "loss=td3", "model=twin_q_mlp", "model.action_dist=deterministic", "model.num_critics=1",
-             "algo.policy_delay=1", "algo.target_noise=0.0"),
+    "DDPG": ("algo=td3", "loss=td3", "model=twin_q_mlp", "model.action_dist=deterministic"),
     "BC": ("algo=bc", "loss=marwil", "model=mlp"), "MARWIL": ("algo=marwil", "loss=marwil", "model=mlp"),
 }
 OFF_POLICY = ("DQN", "SAC", "TD3", "DDPG")
@@ -63,13 +62,13 @@ RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
                              "entropy_learning_rate": 0.0003},
             "q_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"},
             "policy_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}},
-    "TD3": {"train_batch_size": 100,
+    "TD3": {"train_batch_size": 100, "twin_q": True, "smooth_target_policy": True,
             "actor_hidden_activation": "relu", "rollout_fragment_length": "auto", "tau": 0.005, "actor_lr": 0.001,
             "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300], "policy_delay": 2,
             "target_noise": 0.2, "target_noise_clip": 0.5, "num_steps_sampled_before_learning_starts": 10000,
             "min_sample_timesteps_per_iteration": 1000, "replay_buffer_config": {"capacity": 1000000},
             "exploration_config": {"random_timesteps": 10000, "stddev": 0.1}},
-    "DDPG": {"train_batch_size": 256,
+    "DDPG": {"train_batch_size": 256, "twin_q": False, "smooth_target_policy": False, "policy_delay": 1,
              "actor_hidden_activation": "relu", "rollout_fragment_length": "auto", "tau": 0.002, "actor_lr": 0.001,
              "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300],
              "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 1000,
@@ -116,15 +115,20 @@ class Translation:
 
     overrides: list[str] = field(default_factory=list)
     sweep: bool = False
+    sweep_params: dict[str, str] = field(default_factory=dict)  # rlrun key -> "v1,v2" (grid_search)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
 def fmt(value: Any) -> str:
-    """A value as a Hydra override writes it."""
+    """A value as a Hydra override writes it (a string Hydra would read as another type is quoted)."""
     if isinstance(value, str):
-        return value if value.replace("_", "").replace("-", "").replace(".", "").isalnum() else json.dumps(value)
-    return json.dumps(value)
+        plain = value.replace("_", "").replace("-", "").replace(".", "").isalnum() and not value[:1].isdigit()
+        return value if plain and value.lower() not in ("true", "false", "null", "nan", "inf") else json.dumps(
+            value, ensure_ascii=False)
+    if isinstance(value, Mapping):  # Hydra's dict keys are unquoted
+        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def env_id(name: Any, notes: list[str], key: str = "env") -> str:
@@ -188,7 +192,8 @@ MODEL_KEYS: dict[str, Handler] = {
         ACTIVATIONS, "model.activation", "model.fcnet_activation")(v, ctx),
     "vf_share_layers": _to("model.vf_share_layers"), "free_log_std": _to("model.free_log_std"),
     "use_lstm": _use_lstm, "lstm_cell_size": _to("model.cell_size"), "max_seq_len": _to("model.max_seq_len"),
-    "conv_filters": lambda v, ctx: [("model.conv_filters", v)] if v is not None else [],
+    "conv_filters": lambda v, ctx: [] if v is None else _unsupported(
+        "model.conv_filters", v, "rlrun's CNN is a model of its own: model=cnn model.conv_filters=[[out, k, stride]]"),
     "fcnet_weights_initializer": lambda v, ctx: [],
 }
 
@@ -227,11 +232,15 @@ def _exploration(v: Any, ctx: Context) -> Pairs:
         if "random_timesteps" in v:
             ctx.notes.append(f"exploration_config.random_timesteps={v['random_timesteps']}: rlrun acts uniformly at "
                              "random until learning starts (num_steps_sampled_before_learning_starts)")
-        if kind == "OrnsteinUhlenbeckNoise":
-            scale = v.get("ou_base_scale", 0.1) * v.get("ou_sigma", 0.2) / math.sqrt(2 * v.get("ou_theta", 0.15))
+        if kind == "OrnsteinUhlenbeckNoise":  # RLlib: base x OU state x (high - low), high - low = 2 on [-1, 1]
+            theta = v.get("ou_theta", 0.15)
+            scale = 2 * v.get("ou_base_scale", 0.1) * v.get("ou_sigma", 0.2) / math.sqrt(2 * theta - theta**2)
             ctx.notes.append(f"exploration_config: Ornstein-Uhlenbeck noise is Gaussian noise of its stationary "
-                             f"scale in rlrun ({scale:.3g} of the action range)")
+                             f"scale in rlrun ({scale:.3g} on the [-1, 1] action scale)")
             out.append(("algo.exploration_noise", round(scale, 6)))
+        if v.get("initial_scale", 1.0) != v.get("final_scale", v.get("initial_scale", 1.0)):
+            ctx.notes.append(f"exploration_config: the noise scale {v['initial_scale']} -> {v['final_scale']} is not "
+                             "annealed in rlrun: it stays at its initial scale")
         elif "stddev" in v:
             out.append(("algo.exploration_noise", v["stddev"]))
         return out
@@ -264,6 +273,10 @@ def _sub_model(hidden_key: str) -> Handler:
     def handle(v: Any, ctx: Context) -> Pairs:
         if not isinstance(v, Mapping):
             raise ConfigError(f"config: expected a model mapping, got {v!r}")
+        bad = [k for k in v if k not in ("fcnet_hiddens", "fcnet_activation")]
+        if bad:
+            raise ConfigError(f"config: {bad[0]} in a Q/policy model config is not supported; supported: "
+                              "fcnet_hiddens, fcnet_activation")
         out: Pairs = [(hidden_key, list(v["fcnet_hiddens"]))] if "fcnet_hiddens" in v else []
         if "fcnet_activation" in v:
             out += _choice(ACTIVATIONS, "model.activation", "fcnet_activation")(v["fcnet_activation"], ctx)
@@ -326,16 +339,17 @@ KEYS: dict[str, Handler] = {
         "algo.learning_starts"), "exploration_config": _exploration, "explore": lambda v, ctx: [],
     "replay_buffer_config": _replay, "buffer_size": _to("algo.replay_capacity"),
     "prioritized_replay": _to("algo.prioritized_replay"), "tau": _to("algo.tau"),
-    "initial_alpha": _to("algo.initial_alpha"), "target_entropy": _target_entropy, "twin_q": lambda v, ctx: (
-        [] if v else [("model.num_critics", 1)]), "optimization": _optimization,
+    "initial_alpha": _to("algo.initial_alpha"), "target_entropy": _target_entropy,
+    "twin_q": lambda v, ctx: [("model.num_critics", 2 if v else 1)], "optimization": _optimization,
     "q_model_config": _sub_model("model.critic_hiddens"), "Q_model": _sub_model("model.critic_hiddens"),
     "policy_model_config": _sub_model("model.hiddens"), "policy_model": _sub_model("model.hiddens"),
     "actor_hiddens": _to("model.hiddens"), "critic_hiddens": _to("model.critic_hiddens"),
     "actor_hidden_activation": _choice(ACTIVATIONS, "model.activation", "actor_hidden_activation"),
     "critic_hidden_activation": _choice(ACTIVATIONS, "model.activation", "critic_hidden_activation"),
     "actor_lr": _to("algo.lr"), "critic_lr": _to("algo.critic_lr"), "policy_delay": _to("algo.policy_delay"),
-    "target_noise": _to("algo.target_noise"), "target_noise_clip": _to("algo.target_noise_clip"),
-    "smooth_target_policy": lambda v, ctx: [] if v else [("algo.target_noise", 0.0)],
+    # target_noise applies only with smooth_target_policy (RLlib's): both read together in translate
+    "target_noise": lambda v, ctx: [], "target_noise_clip": _to("algo.target_noise_clip"),
+    "smooth_target_policy": lambda v, ctx: [],
     "use_huber": lambda v, ctx: [] if not v else _per_run({"TD3": "loss.huber_delta", "DDPG": "loss.huber_delta"})(
         1.0, ctx), "huber_threshold": _per_run({"TD3": "loss.huber_delta", "DDPG": "loss.huber_delta"}),
     "l2_reg": _per_run({"TD3": "loss.l2_reg", "DDPG": "loss.l2_reg"}),

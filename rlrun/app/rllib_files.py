@@ -96,6 +96,9 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
         if isinstance(value, Mapping) and "grid_search" in value:
             value = value["grid_search"][0]  # its values become the sweep below
         pairs += KEYS[key](value, ctx)
+    if run in ("TD3", "DDPG"):  # target smoothing: RLlib's target_noise counts only with smooth_target_policy
+        smooth = config.get("smooth_target_policy", run == "TD3")
+        pairs.append(("algo.target_noise", config.get("target_noise", 0.2) if smooth else 0.0))
     if not config.get("use_huber"):  # RLlib's huber_threshold means nothing without use_huber
         pairs = [p for p in pairs if p[0] != "loss.huber_delta"]
     if run == "DQN":  # RLlib's Q-net: the fcnet torso, then `hiddens` (relu) before the Q heads
@@ -112,14 +115,25 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
     tr.overrides = [*groups, *(f"{k}={fmt(v)}" for k, v in pairs if v is not None or k.startswith(("algo.", "model."))),
                     *_stop(spec.get("stop") or {}, name, tr.notes)]
     tr.overrides = list({o.split("=", 1)[0].lstrip("+"): o for o in tr.overrides}.values())  # the last value wins
-    for key, values in grid.items():
-        target = [p[0] for p in KEYS[key.split(".")[0]](values[0], ctx)] if key.split(".")[0] in KEYS else []
-        if len(target) != 1:
+    for key, values in grid.items():  # each value translated as the key's own would be
+        top, *rest = key.split(".")
+        each = [KEYS[top](_nest(rest, v), ctx) if top in KEYS else [] for v in values]
+        targets = {p[0] for pairs_v in each for p in pairs_v}
+        if len(targets) != 1 or any(len(p) != 1 for p in each):
             raise ConfigError(f"{name}.config.{key}: grid_search is supported on keys that are one rlrun key")
-        tr.overrides = [o for o in tr.overrides if not o.startswith(target[0] + "=")]
-        tr.overrides.append(f"{target[0]}={','.join(fmt(v) for v in values)}")
+        target = targets.pop()
+        tr.overrides = [o for o in tr.overrides if not o.lstrip("+").startswith(target + "=")]
+        tr.sweep_params[target] = ",".join(fmt(p[0][1]) for p in each)
+        tr.overrides.append(f"{target}={tr.sweep_params[target]}")
         tr.sweep = True
     return tr
+
+
+def _nest(path: list[str], value: Any) -> Any:
+    """``value`` under the dotted ``path`` (``model.fcnet_hiddens`` -> ``{"fcnet_hiddens": value}``)."""
+    for part in reversed(path):
+        value = {part: value}
+    return value
 
 
 def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: Translation) -> list[tuple[str, Any]]:
@@ -178,13 +192,17 @@ def _stop(stop: Any, name: str, notes: list[str]) -> list[str]:
     return out
 
 
-def to_experiment_yaml(overrides: list[str]) -> str:
+def to_experiment_yaml(overrides: list[str], sweep_params: Mapping[str, str] | None = None) -> str:
     """The rlrun experiment file (``+experiment=<name>`` in a config dir's ``experiment/``) that
-    composes what ``overrides`` do."""
+    composes what ``overrides`` do; swept keys go to Hydra's sweeper (``rlrun -m +experiment=...``)."""
     defaults: list[dict[str, str]] = []
     keys: dict[str, Any] = {}
+    if sweep_params:
+        keys["hydra"] = {"sweeper": {"params": dict(sweep_params)}}
     for o in overrides:
         key, _, value = o.lstrip("+").partition("=")
+        if key in (sweep_params or {}):
+            continue
         if "." not in key and key in ("algo", "loss", "model", "env", "rollout", "tracking"):
             defaults.append({f"override /{key}": value})
             continue

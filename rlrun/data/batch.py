@@ -48,14 +48,15 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
     never spells them.
     """
 
-    # sequence batches (RLlib's): every sequence takes max_seq_len rows once zero-padded. Class
-    # defaults, so a batch unpickled column by column reads them before its own are restored.
+    # sequence batches (RLlib's): every sequence takes max_seq_len rows once zero-padded
     zero_padded: bool = False
     max_seq_len: int | None = None
 
     def __init__(self, *args: Any, _zero_padded: bool = False, _max_seq_len: int | None = None,
                  _time_major: bool | None = None, _is_training: bool | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.SEQ_LENS in self and (dict.get(self, self.SEQ_LENS) is None or not len(self[self.SEQ_LENS])):
+            dict.pop(self, self.SEQ_LENS)  # no sequences: RLlib drops an empty or None seq_lens too
         for k in [k for k in self if k in self.ALIASES]:
             dict.__setitem__(self, self.ALIASES[k], dict.pop(self, k))
         for k, v in self.items():
@@ -69,9 +70,8 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
 
     # ----------------------------------------------------------------- basics
     def _per_sequence(self, key: str) -> bool:
-        """Whether ``key`` holds one row per sequence (``seq_lens``, and the recurrent state of a
-        batch with ``seq_lens``), not one per step."""
-        return key == self.SEQ_LENS or (key.startswith(STATE_PREFIXES) and dict.__contains__(self, self.SEQ_LENS))
+        """``seq_lens``, and a sequence batch's ``state_in_*``: one row per sequence, not per step."""
+        return key == self.SEQ_LENS or (key.startswith("state_in_") and dict.__contains__(self, self.SEQ_LENS))
 
     def _step_rows(self) -> int | None:
         return next((rows(v, k) for k, v in self.items() if not self._per_sequence(k)), None)
@@ -99,9 +99,8 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
 
     @property
     def count(self) -> int:
-        """Timesteps in the batch, as RLlib counts them: ``sum(seq_lens)`` in a sequence batch (every
-        row once zero-padded), else the rows of the first column that is not ``infos`` or recurrent
-        state (0 when there is none: a batch of only ``infos`` counts no steps)."""
+        """Timesteps, as RLlib counts them: ``sum(seq_lens)`` (every row once zero-padded), else the rows
+        of the first column that is not ``infos`` or recurrent state (none: 0, e.g. only ``infos``)."""
         if self.zero_padded:
             return self._step_rows() or 0
         if dict.__contains__(self, self.SEQ_LENS):
@@ -131,8 +130,10 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
     def __bool__(self) -> bool:
         return dict.__len__(self) > 0
 
+    def __reduce__(self) -> Any:  # pickle/copy: rebuilt by __init__ (any column order), then its settings
+        return (type(self), (dict(self),), self.__dict__.copy())
+
     def _like(self, data: Mapping[str, Any] | None = None) -> SampleBatch:
-        """A batch of ``data`` (columns taken as they are) with this batch's sequence settings."""
         out = SampleBatch()
         dict.update(out, data or {})
         if self.zero_padded or self.max_seq_len is not None:
@@ -148,15 +149,16 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
     # ----------------------------------------------------------------- slicing
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
+            if key == self.DONES and not dict.__contains__(self, key) and dict.__contains__(self, self.TERMINATEDS):
+                return dict.__getitem__(self, self.TERMINATEDS)  # RLlib 2.x reads DONES as TERMINATEDS
             return dict.__getitem__(self, self.ALIASES.get(key, key))
         if isinstance(key, slice | np.ndarray | list):
             return self.slice(key)
         raise TypeError(f"SampleBatch index must be a column name, slice or index array, not {key!r}")
 
     def slice(self, start: int | slice | np.ndarray | list[int], end: int | None = None) -> SampleBatch:
-        """Rows ``start:end``, or those of a slice (both views, no copy) or of an index/bool array (a
-        copy). In a batch with ``seq_lens`` a slice keeps whole sequences only: it starts at the first
-        sequence starting at or after ``start`` and ends at the last sequence boundary up to ``end``."""
+        """Rows ``start:end`` or of a slice (views), or of an index/bool array (a copy). With ``seq_lens``
+        whole sequences only: both ends move back to the start of the sequence they fall in."""
         index = start if isinstance(start, slice | np.ndarray | list) else slice(start, end)
         if dict.__contains__(self, self.SEQ_LENS):
             return self._slice_sequences(index)
@@ -168,7 +170,9 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
                              f"(whole sequences), not {index!r}")
         bounds = sequence_bounds(self[self.SEQ_LENS], self.max_seq_len if self.zero_padded else None)
         start, stop, _ = index.indices(int(bounds[-1]))
-        first = int(np.searchsorted(bounds, start, side="left"))
+        # both ends rounded down to the start of the sequence they fall in (RLlib's): adjacent slices
+        # cover every row once
+        first = int(np.searchsorted(bounds, start, side="right")) - 1
         last = max(int(np.searchsorted(bounds, stop, side="right")) - 1, first)
         steps, seqs = slice(int(bounds[first]), int(bounds[last])), slice(first, last)
         cut = {k: seqs if self._per_sequence(k) else steps for k in self}
@@ -176,8 +180,7 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
 
     def timeslices(self, size: int | None = None, num_slices: int | None = None,
                    k: int | None = None) -> list[SampleBatch]:
-        """Consecutive batches of ``size`` rows (``k`` is RLlib's older name), or ``num_slices``
-        batches of (nearly) equal size."""
+        """Consecutive batches of ``size`` rows (``k``: RLlib's older name), or ``num_slices`` equal ones."""
         size = size if size is not None else k
         n = len(self)
         if num_slices is not None:
@@ -188,8 +191,7 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
         return [self.slice(s, s + size) for s in range(0, n, size)]
 
     def right_zero_pad(self, max_seq_len: int, exclude_states: bool = True) -> SampleBatch:
-        """Pad every sequence of a batch with ``seq_lens`` to ``max_seq_len`` rows with zeros, in place
-        (RLlib's layout for recurrent training); the recurrent-state columns stay one row per sequence."""
+        """Pad every sequence to ``max_seq_len`` rows with zeros, in place (``state_in_*`` stay per sequence)."""
         if not exclude_states:
             raise ValueError("right_zero_pad(exclude_states=False): state columns hold one row per sequence")
         if self.zero_padded:
@@ -204,8 +206,7 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
         return self
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """Iterate rows as ``{column: value}`` dicts (slow; for inspection and tests). In a sequence
-        batch a row's ``seq_lens`` is 1 and the per-sequence state columns are left out, as RLlib's."""
+        """Rows as ``{column: value}`` dicts (slow); with ``seq_lens`` each row's is 1, ``state_in_*`` left out."""
         seqs = dict.__contains__(self, self.SEQ_LENS)
         steps = {k: v for k, v in self.items() if not self._per_sequence(k)}
         for i in range(len(self)):
@@ -240,9 +241,8 @@ class SampleBatch(ColumnNames, dict[str, np.ndarray]):
                 yield self.slice(order[start : start + size])
 
     def split_by_episode(self, key: str | None = None) -> list[SampleBatch]:
-        """One batch per episode. ``key="eps_id"``: per contiguous run of equal ``eps_id`` (episodes
-        must be contiguous); ``key="dones"``: a new episode starts after every row whose ``dones``,
-        ``terminateds`` or ``truncateds`` flag is set. Without ``key``, ``eps_id`` if the batch has it."""
+        """One batch per episode: per contiguous run of equal ``eps_id`` (``key="eps_id"``, the default
+        if there is one), or cut after every row whose ``dones``/``terminateds``/``truncateds`` is set."""
         done_cols = [c for c in (self.DONES, self.TERMINATEDS, self.TRUNCATEDS) if c in self]
         if key is None:
             key = self.EPS_ID if self.EPS_ID in self else self.DONES
