@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from rlrun.algos.algorithm import Algorithm, register_algorithm
 from rlrun.algos.classic import ClassicPolicy, field_name
 from rlrun.app.rllib_config import fmt
-from rlrun.app.rllib_files import translate
+from rlrun.app.rllib_files import last_wins, translate
 from rlrun.config.schemas import AlgoConfig
 from rlrun.config.typed import ConfigError
 from rlrun.policy.policy import LearnerState, Policy, no_state
@@ -94,7 +94,7 @@ class ClassicTrainer:
         tr = translate({"run": "PG", "env": env, "config": rllib}, self.algo_name)
         extra = [f"++algo.{field_name(k)}={fmt(v)}" for k, v in config.items() if k in policy_keys and k not in own]
         groups = ("loss=", "tracking.experiment_name=")
-        self.overrides = _last_wins([*(o for o in tr.overrides if not o.startswith(groups)),
+        self.overrides = last_wins([*(o for o in tr.overrides if not o.startswith(groups)),
                                      f"algo.name={self.algo_name}", "loss=custom", f"loss.name={self.policy_cls.name}",
                                      "tracking=none", *extra, *(overrides or [])])
         self._trainer = make_trainer(self.overrides)
@@ -116,9 +116,3 @@ class ClassicTrainer:
 
     def stop(self) -> None:
         self._trainer.stop()
-
-
-def _last_wins(overrides: list[str]) -> list[str]:
-    """Each key once, with its last value (Hydra refuses a key overridden twice)."""
-    last = {o.split("=", 1)[0].lstrip("+"): o for o in overrides}
-    return list(last.values())

@@ -78,7 +78,7 @@ def experiments(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def train(args: argparse.Namespace, extra: list[str]) -> int:
-    from rlrun.app.rllib_files import to_experiment_yaml, translate
+    from rlrun.app.rllib_files import last_wins, to_experiment_yaml, translate
 
     plans = []
     for name, spec in experiments(args).items():
@@ -102,8 +102,7 @@ def train(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"rlrun-rllib: {name}: {note}", file=sys.stderr)
         if tr.ignored:
             print(f"rlrun-rllib: {name}: ignored (TensorFlow or RLlib-only): {', '.join(tr.ignored)}", file=sys.stderr)
-        overrides = {o.split("=", 1)[0].lstrip("+"): o for o in [*tr.overrides, *extra]}  # yours win
-        sys.argv = ["rlrun", *(["-m"] if tr.sweep else []), *overrides.values()]
+        sys.argv = ["rlrun", *(["-m"] if tr.sweep else []), *last_wins([*tr.overrides, *extra])]  # yours win
         worst = max(worst, exit_status())
     return worst
 

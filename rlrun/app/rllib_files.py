@@ -114,7 +114,7 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
     pairs += _sampling(config, run, user, tr)
     tr.overrides = [*groups, *(f"{k}={fmt(v)}" for k, v in pairs if v is not None or k.startswith(("algo.", "model."))),
                     *_stop(spec.get("stop") or {}, name, tr.notes)]
-    tr.overrides = list({o.split("=", 1)[0].lstrip("+"): o for o in tr.overrides}.values())  # the last value wins
+    tr.overrides = last_wins(tr.overrides)
     for key, values in grid.items():  # each value translated as the key's own would be
         top, *rest = key.split(".")
         each = [KEYS[top](_nest(rest, v), ctx) if top in KEYS else [] for v in values]
@@ -127,6 +127,11 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
         tr.overrides.append(f"{target}={tr.sweep_params[target]}")
         tr.sweep = True
     return tr
+
+
+def last_wins(overrides: list[str]) -> list[str]:
+    """Each key once, with its last value (Hydra refuses a key overridden twice)."""
+    return list({o.split("=", 1)[0].lstrip("+"): o for o in overrides}.values())
 
 
 def _nest(path: list[str], value: Any) -> Any:
