@@ -49,6 +49,9 @@ _EXPORTS = {
     "build_policy": "rlrun.algos.classic", "build_torch_policy": "rlrun.algos.classic",
     "build_tf_policy": "rlrun.algos.classic", "build_trainer": "rlrun.app.rllib",
     "compute_advantages": "rlrun.data.postprocessing", "Postprocessing": "rlrun.data.postprocessing",
+    # Ray Tune: rlrun algorithms as Tune Trainables (RLlib's trainer classes' names)
+    "trainable": "rlrun.app.tune_trainable", "RLrunTrainable": "rlrun.app.tune_trainable",
+    **{f"{a}Trainer": "rlrun.app.tune_trainable" for a in ("PG", "A2C", "PPO", "APPO", "DQN", "SAC", "TD3", "DDPG")},
     # experience sources and callbacks
     "ExperienceSource": "rlrun.sources.source", "SourceContext": "rlrun.sources.source",
     "Callbacks": "rlrun.sources.callbacks", "IterationHook": "rlrun.training.hooks",

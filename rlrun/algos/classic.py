@@ -114,6 +114,11 @@ class ClassicPolicy:
                         f"{type(self).__name__}), or select its loss in YAML (loss.name: {self.name})")
 
     @classmethod
+    def register(cls) -> None:
+        """Its loss as ``loss.name: <name>`` in this process (also a Ray actor that unpickled the class)."""
+        LOSSES.add(cls.name, cls.loss, requires=(SB.OBS, SB.ACTIONS, SB.REWARDS), override=True)
+
+    @classmethod
     def view(cls, policy: Policy) -> PolicyView:
         return PolicyView(policy, cls.default_config)
 
@@ -180,7 +185,7 @@ def build_policy(name: str, loss_fn: Callable[..., Any], *, postprocess_fn: Call
         "optimizer_fn": staticmethod(optimizer_fn) if optimizer_fn else None,
         "default_config": dict(get_default_config() if get_default_config else {}),
     })
-    LOSSES.add(name, cls.loss, requires=(SB.OBS, SB.ACTIONS, SB.REWARDS), override=True)
+    cls.register()
     return cls
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlrun.app.compose import compose as compose  # re-exported: tests and tools compose through the CLI module
 from rlrun.app.compose import compose_to_config
@@ -44,9 +44,19 @@ def _main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:
+        if cfg.get("tune") is not None:
+            print("rlrun: error: tune: a Tune population runs without -m (its trials are Tune's)", file=sys.stderr)
+            sys.exit(2)
         return sweep_job(cfg)
     launch_dir = os.getcwd()  # version_base 1.3: Hydra does not chdir
     try:
+        tune_section = _take_tune_section(cfg)
+        if tune_section is not None:  # a population of runs with Ray Tune (rlrun/app/tune_run.py)
+            from rlrun.app.tune_run import run_tune
+
+            base = OmegaConf.to_container(cfg, resolve=False)  # trials resolve it with their values
+            run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"), None)
+            sys.exit(run_tune(run_cfg, base, tune_section, Path(launch_dir), hc.runtime.output_dir))
         run_cfg = compose_to_config(cfg, launch_dir, hc.runtime.choices.get("experiment"),
                                     hc.runtime.output_dir)
         result = run(run_cfg, launch_dir=launch_dir, background_finish=not run_cfg.tracking.wait)
@@ -62,6 +72,20 @@ def _main(cfg: DictConfig) -> float | None:
     except KeyboardInterrupt as e:
         sys.exit(_interrupted(e))
     return result.metrics.get("rollout/episode_return_mean")
+
+
+def _take_tune_section(cfg: DictConfig) -> dict[str, Any] | None:
+    """The ``tune`` section (``tune=pbt``), removed from the run config; None without one."""
+    from omegaconf import open_dict
+
+    if cfg.get("tune") is None:
+        return None
+    section = OmegaConf.to_container(cfg.tune, resolve=True)
+    with open_dict(cfg):
+        del cfg["tune"]
+    if not isinstance(section, dict):
+        raise ConfigError(f"tune: expected a mapping (e.g. tune=pbt), got {section!r}")
+    return {str(k): v for k, v in section.items()}
 
 
 def _interrupted(e: KeyboardInterrupt) -> int:
@@ -156,7 +180,7 @@ def _rerun(argv: list[str]) -> int:
     return 0
 
 
-GROUPS = ("algo", "loss", "model", "env", "rollout", "tracking", "debug", "experiment", "hparams_search")
+GROUPS = ("algo", "loss", "model", "env", "rollout", "tracking", "debug", "experiment", "hparams_search", "tune")
 
 
 def check_group_choices(argv: list[str]) -> str | None:
@@ -189,7 +213,7 @@ def main() -> None:
     # a sweep has its shared writer; help, version and Hydra's print-and-exit flags never track
     no_run = {"-m", "--multirun", "--help", "-h", "--version", "tracking=none", "--cfg", "-c", "--info", "-i",
               "--hydra-help", "--shell-completion", "-sc"}
-    if not argv & no_run:
+    if not argv & no_run and not any(re.match(r"\+*tune=", a) for a in argv):  # a Tune population: trials track
         from rlrun.tracking.tracker import start_writer_early
 
         start_writer_early()
@@ -240,6 +264,9 @@ def _cli() -> int:
         return 0
     if any(a.startswith("rerun=") for a in argv):  # a recorded run again: its config, not Hydra's composition
         return _rerun(argv)
+    if {"-m", "--multirun"} & set(argv) and any(re.match(r"\+*tune=", a) for a in argv):
+        print("rlrun: error: tune: a Tune population runs without -m (its trials are Tune's)", file=sys.stderr)
+        return 2
     problem = check_group_choices(argv)
     if problem:
         print(f"rlrun: error: {problem}", file=sys.stderr)

@@ -46,6 +46,18 @@ def compose_to_config(
     return build_config(raw)
 
 
+def resolve_plain(raw: dict[str, Any]) -> dict[str, Any]:
+    """Plain config data whose strings may hold interpolations (``${algo.lr}``), resolved as Hydra's
+    config would be: a Tune trial's values set on the unresolved base move what follows them."""
+    try:
+        out: Any = OmegaConf.to_container(OmegaConf.create(raw), resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as e:
+        raise ConfigError(f"{e.full_key}: missing mandatory value (set it, e.g. {e.full_key}=...)") from None
+    except Exception as e:
+        raise ConfigError(f"config does not resolve: {str(e).splitlines()[0]}") from None
+    return dict(out)
+
+
 def follow_env(raw: dict[str, Any], experiment: str) -> str:
     """A preset run on another env (``+experiment=ppo_cartpole env.id=Acrobot-v1``) keeps neither the
     preset's return target (met or missed on another scale) nor its experiment name; returns the name."""

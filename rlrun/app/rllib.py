@@ -56,7 +56,11 @@ def build_trainer(name: str, default_policy: type[ClassicPolicy], default_config
         raise ConfigError(f"build_trainer({name!r}): default_policy must be a class from rlrun.build_policy, "
                           f"got {default_policy!r}")
     defaults = {**default_policy.default_config, **(default_config or {})}
+    _register(name, default_policy, defaults)
+    return type(name, (ClassicTrainer,), {"algo_name": name, "policy_cls": default_policy, "defaults": defaults})
 
+
+def _register(name: str, default_policy: type[ClassicPolicy], defaults: dict[str, Any]) -> None:
     def make_state(policy: Policy) -> LearnerState:
         if default_policy.optimizer_fn is not None:
             view = default_policy.view(policy)
@@ -68,7 +72,6 @@ def build_trainer(name: str, default_policy: type[ClassicPolicy], default_config
         postprocess=default_policy.postprocess, make_state=make_state,
         description=f"built with build_trainer from policy {default_policy.name}",
     ), override=True)
-    return type(name, (ClassicTrainer,), {"algo_name": name, "policy_cls": default_policy})
 
 
 class ClassicTrainer:
@@ -78,27 +81,40 @@ class ClassicTrainer:
 
     algo_name: ClassVar[str]
     policy_cls: ClassVar[type[ClassicPolicy]]
+    defaults: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def register(cls) -> None:
+        """The algorithm and its policy's loss registered in this process (a Ray actor that unpickled
+        the class, e.g. a Tune trial: rlrun/app/tune_trainable.py)."""
+        cls.policy_cls.register()
+        _register(cls.algo_name, cls.policy_cls, cls.defaults)
 
     def __init__(self, config: Mapping[str, Any] | None = None, env: str | None = None,
                  overrides: list[str] | None = None) -> None:
         from rlrun.app.runner import make_trainer
 
+        self.overrides = [*self.overrides_for(config, env), "tracking=none", *(overrides or [])]
+        self.overrides = last_wins(self.overrides)
+        self._trainer = make_trainer(self.overrides)
+        self.iteration = 0
+
+    @classmethod
+    def overrides_for(cls, config: Mapping[str, Any] | None, env: str | None = None) -> list[str]:
+        """rlrun's overrides for RLlib's ``config`` (and ``env``) of this trainer's algorithm."""
         config = dict(config or {})
         env = env if env is not None else config.pop("env", "CartPole-v1")
         config.pop("env", None)
         own = {f.name for f in dataclasses.fields(AlgoConfig)} - {"name", "optimizer"}
-        policy_keys = self.policy_cls.default_config
+        policy_keys = cls.policy_cls.default_config
         # RLlib's keys (the policy's defaults for the common ones first), translated as a PG file's are
         rllib = {**{k: v for k, v in policy_keys.items() if k in own},
                  **{k: v for k, v in config.items() if k not in policy_keys or k in own}}
-        tr = translate({"run": "PG", "env": env, "config": rllib}, self.algo_name)
+        tr = translate({"run": "PG", "env": env, "config": rllib}, cls.algo_name)
         extra = [f"++algo.{field_name(k)}={fmt(v)}" for k, v in config.items() if k in policy_keys and k not in own]
         groups = ("loss=", "tracking.experiment_name=")
-        self.overrides = last_wins([*(o for o in tr.overrides if not o.startswith(groups)),
-                                     f"algo.name={self.algo_name}", "loss=custom", f"loss.name={self.policy_cls.name}",
-                                     "tracking=none", *extra, *(overrides or [])])
-        self._trainer = make_trainer(self.overrides)
-        self.iteration = 0
+        return last_wins([*(o for o in tr.overrides if not o.startswith(groups)), f"algo.name={cls.algo_name}",
+                          "loss=custom", f"loss.name={cls.policy_cls.name}", *extra])
 
     def train(self) -> dict[str, Any]:
         """One training iteration: rlrun's metrics plus RLlib's names for the usual ones."""

@@ -18,7 +18,7 @@ from rlrun.tracking.tracker import clean_metrics
 
 class RunHook(Protocol):
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
-        """``ctx``: the run's shared state (rlrun/app/runner.py: ``_RunContext``)."""
+        """``ctx``: the run's shared state (rlrun/app/runner.py: ``RunContext``)."""
         ...
 
 

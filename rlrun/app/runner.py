@@ -93,7 +93,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
     the MLflow writer's last work (see rlrun/tracking/pending.py). ``job_overrides``: a sweep job's
     overrides (its ``resume=latest`` is its own job's checkpoint). ``extra_tags``: more MLflow tags (a rerun's)."""
     t0 = time.monotonic()
-    ctx = _start(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep, job_overrides, extra_tags)
+    ctx = start_run(cfg, Path(launch_dir or os.getcwd()).resolve(), sweep, job_overrides, extra_tags)
     ctx.background_finish = background_finish
     interrupted: KeyboardInterrupt | None = None
     failed: BaseException | None = None
@@ -121,7 +121,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
         raise
     finally:
         try:
-            _finish(ctx)
+            finish_run(ctx)
         except TrackingError:
             if failed is None and interrupted is None:
                 raise  # otherwise the run's own error (already propagating) is the one to report
@@ -140,7 +140,7 @@ def run(cfg: RunConfig | Mapping[str, Any], launch_dir: str | Path | None = None
 
 
 @dataclass
-class _RunContext:
+class RunContext:
     """What the three steps of a run share."""
 
     cfg: RunConfig
@@ -186,9 +186,11 @@ def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> No
             check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
 
 
-def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,
-           job_overrides: Sequence[str] | None = None, extra_tags: Mapping[str, str] | None = None) -> _RunContext:
-    """Validate, write the resolved config, check a resume, start the MLflow run."""
+def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,
+              job_overrides: Sequence[str] | None = None, extra_tags: Mapping[str, str] | None = None,
+              run_key: str | None = None) -> RunContext:
+    """Validate, write the resolved config, check a resume, start the MLflow run. ``run_key``: the run's
+    own name (a Tune trial's): the MLflow run and the history in ``output_dir`` that carry it continue."""
     cfg = _validated(raw_cfg, launch)
     torch.set_num_threads(cfg.torch_threads)
     spaces = run_spaces(cfg, probe=True)  # env API mistakes, agents no policy covers: one line, before anything starts
@@ -212,13 +214,14 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
         print(f"rlrun: resuming {resumed_text}", flush=True)
     resume_run_id = resumed.meta.get("mlflow_run_id") if resumed else None
     # the run's own name, in every checkpoint from the first on: a resumed run keeps it
-    run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or secrets.token_hex(16)
+    continued = run_key is not None and not resumed
+    run_key = (resumed.meta.get(RUN_KEY_META) if resumed else None) or run_key or secrets.token_hex(16)
     check_output_dir_is_ours(out_dir, run_key, resume_run_id)
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
     # a resumed run is the same MLflow run: it keeps its name (checkpoints before 2026-11-26 have none)
     run_name = cfg.tracking.run_name or (resumed.meta.get(RUN_NAME_META) if resumed else None) or default_run_name(cfg)
     tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
-                           resume_run_id, run_key if resumed else None)
+                           resume_run_id, run_key if resumed or continued else None)
     tags = {**run_tags(cfg, launch, out_dir), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
             **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
@@ -232,14 +235,16 @@ def _start(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob
     tracker.log_artifact(out_dir / "config.yaml")
     tracker.log_artifacts(out_dir / RECORD_DIR, RECORD_DIR)
     progress = ProgressLine(cfg.progress, stop=cfg.stop, evaluated=cfg.evaluation.interval > 0)
-    rows = read_rows(resumed.history_file) if resumed and resumed.history_file else ()
+    own = out_dir / HISTORY_FILE  # a continued run's (a Tune trial restarted) is in its output dir
+    rows = read_rows(resumed.history_file) if resumed and resumed.history_file else (
+        read_rows(own) if continued and own.is_file() else iter(()))
     history = MetricHistory(out_dir / HISTORY_FILE, rows)
-    return _RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
+    return RunContext(cfg, launch, out_dir, config_dict, tracker, sweep, resumed, progress,
                        checkpoint=out_dir / "checkpoints", history=history, history_start=len(history),
                        run_name=run_name, run_key=run_key, resumed_from=resumed_text)
 
 
-def _replay_history(ctx: _RunContext) -> None:
+def _replay_history(ctx: RunContext) -> None:
     """Resume: send the iterations the checkpoint covers that MLflow never got (the trainer was
     killed before its writer sent them); steps MLflow holds are skipped by the tracker."""
     ctx.tracker.wait_started()  # learn which env steps MLflow already holds
@@ -283,7 +288,7 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
                           f"({e.strerror or type(e).__name__})") from None
 
 
-def _loop(ctx: _RunContext, trainer: Trainer) -> None:
+def _loop(ctx: RunContext, trainer: Trainer) -> None:
     """Iterate until a stop criterion is met; after each iteration the run's hooks (rlrun/app/run_hooks.py:
     record it in the history and MLflow, show progress, periodic checkpoints)."""
     hooks = build_run_hooks(ctx.cfg)
@@ -297,19 +302,21 @@ def _loop(ctx: _RunContext, trainer: Trainer) -> None:
             return
 
 
-def _finish(ctx: _RunContext) -> None:
-    """Final checkpoint, MLflow model and run description, then stop workers and end the run."""
+def finish_run(ctx: RunContext, final_checkpoint: bool = True) -> None:
+    """Final checkpoint (unless not ``final_checkpoint``), MLflow model and run description, then stop
+    workers and end the run."""
     ctx.progress.close(ctx.result or None)
     ctx.results = ctx.history.results(ctx.history_start, keep=_shown)  # for the summary and the curve
     ctx.history.close()
     trainer = ctx.trainer
     try:
         if trainer is not None and trainer.iteration > 0:
-            ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict, ctx.tracker,
-                                              ctx.history, ctx.run_key, ctx.run_name)
-            ctx.checkpoint_written = True
-            if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
-                ctx.tracker.log_model(ctx.checkpoint, ctx.launch, _actors(ctx, trainer))
+            if final_checkpoint:  # (a Tune trial's checkpoints are Tune's: rlrun/app/tune_trainable.py)
+                ctx.checkpoint = write_checkpoint(trainer, ctx.cfg, ctx.result, ctx.out_dir, ctx.config_dict,
+                                                  ctx.tracker, ctx.history, ctx.run_key, ctx.run_name)
+                ctx.checkpoint_written = True
+                if ctx.status == "FINISHED" and ctx.cfg.tracking.log_model:
+                    ctx.tracker.log_model(ctx.checkpoint, ctx.launch, _actors(ctx, trainer))
             _describe_run(ctx.cfg, ctx.results, ctx.reason, ctx.tracker)
     finally:
         if trainer is not None:
@@ -325,7 +332,7 @@ def _finish(ctx: _RunContext) -> None:
 ACTORS_DIR = "mlflow_model"  # in the run's output dir: the traced actors the writer logs
 
 
-def _actors(ctx: _RunContext, trainer: Trainer) -> Path | None:
+def _actors(ctx: RunContext, trainer: Trainer) -> Path | None:
     """The policies' greedy actors traced for the MLflow model (``None``: the writer traces them from
     the checkpoint); a policy that cannot be traced costs the model, not the run (the writer says so)."""
     try:

@@ -1,0 +1,237 @@
+"""``rlrun +experiment=<preset> tune=pbt``: a population of trials with Ray Tune, from YAML.
+
+The composed rlrun config is every trial's base; the ``tune`` section (``rlrun/conf/tune/*.yaml``) says
+how many trials, the scheduler (``pbt``: Tune's ``PopulationBasedTraining``; ``fifo``: none) and which
+rlrun keys it samples (``param_space``) and mutates (``hyperparam_mutations``). Each trial is an
+``RLrunTrainable`` (rlrun/app/tune_trainable.py) in its own MLflow run of the preset's experiment,
+stopped by the preset's ``stop``. Values: a list is a choice (for PBT's mutations: the values it
+steps between), ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}``, ``{randint: [lo, hi]}``, or a
+plain value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlrun.config.schemas import RunConfig
+from rlrun.config.typed import ConfigError, to_dict
+from rlrun.core.errors import suggest
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneSection:
+    """The ``tune`` section of a config (``rlrun/conf/tune/pbt.yaml`` documents each key)."""
+
+    num_samples: int = 4
+    scheduler: str = "pbt"
+    metric: str = "rollout/episode_return_mean"
+    mode: str = "max"
+    time_attr: str = "training_iteration"
+    perturbation_interval: float = 4
+    burn_in_period: float = 0
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    hyperparam_mutations: dict[str, Any] = dataclasses.field(default_factory=dict)
+    param_space: dict[str, Any] = dataclasses.field(default_factory=dict)
+    max_concurrent_trials: int | None = None  # null: as many as the CPUs allow (one CPU per trial)
+    num_cpus: int | None = None  # the local Ray instance's CPUs (null: this machine's)
+    storage_path: str | None = None  # null: <the run's output dir>/tune
+    name: str | None = None  # the Tune experiment (null: the rlrun experiment's name)
+
+
+SCHEDULERS = ("pbt", "fifo")
+DISTRIBUTIONS = ("uniform", "loguniform", "randint")
+
+
+def parse_section(raw: Mapping[str, Any]) -> TuneSection:
+    """The ``tune`` section checked key by key (one line naming the key and value)."""
+    fields = {f.name: f for f in dataclasses.fields(TuneSection)}
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"tune.{key}: not a tune key{suggest(str(key), list(fields))}; "
+                              f"tune keys: {', '.join(fields)}")
+    values = {k: v for k, v in raw.items() if v is not None or (k in fields and fields[k].default is None)}
+    for key in ("hyperparam_mutations", "param_space"):
+        if not isinstance(values.get(key, {}), Mapping):
+            raise ConfigError(f"tune.{key}: expected a mapping of rlrun keys to values, got {values[key]!r}")
+        values[key] = _flat(values.get(key) or {})
+    section = TuneSection(**values)
+    if not isinstance(section.num_samples, int) or section.num_samples < 1:
+        raise ConfigError(f"tune.num_samples: expected a whole number >= 1, got {section.num_samples!r}")
+    if section.scheduler not in SCHEDULERS:
+        raise ConfigError(f"tune.scheduler: {section.scheduler!r} is not one rlrun has"
+                          f"{suggest(str(section.scheduler), list(SCHEDULERS))}; choose {', '.join(SCHEDULERS)}")
+    if section.mode not in ("max", "min"):
+        raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
+    for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability"):
+        value = getattr(section, key)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or not math.isfinite(value):
+            raise ConfigError(f"tune.{key}: expected a number >= 0, got {value!r}")
+    if section.scheduler == "pbt" and not section.hyperparam_mutations:
+        raise ConfigError("tune.hyperparam_mutations: PBT needs at least one rlrun key to mutate, "
+                          "e.g. {algo.lr: [1.0e-4, 3.0e-4, 1.0e-3]}")
+    return section
+
+
+def _flat(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{algo: {lr: [...]}}`` and ``{algo.lr: [...]}`` alike -> ``{"algo.lr": [...]}`` (a range such as
+    ``{uniform: [lo, hi]}`` is a value, not a section)."""
+    out: dict[str, Any] = {}
+    for k, v in spec.items():
+        if isinstance(v, Mapping) and not (len(v) == 1 and next(iter(v)) in DISTRIBUTIONS):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _check_key(base: Mapping[str, Any], key: str, where: str) -> None:
+    node: Any = base
+    parts = str(key).split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, Mapping) or part not in node:
+            known = list(node) if isinstance(node, Mapping) else []
+            raise ConfigError(f"{where}.{key}: {'.'.join(parts[:i + 1])} is not a key of the rlrun config"
+                              f"{suggest(part, known)}")
+        node = node[part]
+
+
+def _value(spec: Any, where: str, mutation: bool = False) -> Any:
+    """A YAML value -> what Tune takes (a list: a choice; for a mutation the list itself)."""
+    from ray import tune
+
+    if isinstance(spec, list):
+        if not spec:
+            raise ConfigError(f"{where}: an empty list of values")
+        return list(spec) if mutation else tune.choice(list(spec))
+    if isinstance(spec, Mapping):
+        if len(spec) != 1 or next(iter(spec)) not in DISTRIBUTIONS:
+            raise ConfigError(f"{where}: expected a list of values or one of {{{', '.join(DISTRIBUTIONS)}: [lo, hi]}}, "
+                              f"got {dict(spec)!r}")
+        kind, bounds = next(iter(spec.items()))
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds)
+                and bounds[0] < bounds[1] and (kind != "loguniform" or bounds[0] > 0)):
+            extra = " and lo > 0" if kind == "loguniform" else ""
+            raise ConfigError(f"{where}: {kind} needs [lo, hi] with lo < hi{extra}, got {bounds!r}")
+        return getattr(tune, kind)(*bounds)
+    if mutation:
+        raise ConfigError(f"{where}: expected a list of values or {{uniform|loguniform|randint: [lo, hi]}}, "
+                          f"got {spec!r}")
+    return spec
+
+
+def _first(spec: Any) -> Any:
+    if isinstance(spec, list) and spec:
+        return spec[0]
+    if isinstance(spec, Mapping) and len(spec) == 1 and isinstance(next(iter(spec.values())), list):
+        bounds = next(iter(spec.values()))
+        return bounds[0] if bounds else None
+    return spec
+
+
+def _trial_base(cfg: RunConfig, unresolved: Any, section: TuneSection, launch: Path) -> dict[str, Any]:
+    """Every trial's base config (plain, unresolved), its tuned keys and one trial's values checked
+    here: a bad key or value is one line before Ray starts."""
+    if not isinstance(unresolved, dict):
+        raise ConfigError(f"tune: expected a mapping config, got {type(unresolved).__name__}")
+    base = {str(k): v for k, v in unresolved.items() if k != "hydra"}
+    full = to_dict(cfg)  # every key, defaults included
+    for key in [*section.hyperparam_mutations, *section.param_space]:
+        where = "tune.hyperparam_mutations" if key in section.hyperparam_mutations else "tune.param_space"
+        _check_key(full, key, where)
+    from rlrun.app.tune_trainable import config_with
+
+    firsts = {k: _first(v) for k, v in {**section.hyperparam_mutations, **section.param_space}.items()}
+    try:
+        config_with(base, firsts, launch)
+    except ConfigError as e:
+        raise ConfigError(f"tune: a trial with {', '.join(f'{k}={v!r}' for k, v in firsts.items())}: {e}") from None
+    from rlrun.tracking.tracker import store_locations
+
+    uri, artifacts = store_locations(cfg.tracking.tracking_uri, cfg.tracking.artifact_location, launch)
+    base["tracking"] = {**base["tracking"], "tracking_uri": uri, "artifact_location": artifacts}
+    base["output_dir"] = None  # each trial's: its Tune trial dir
+    base["experiment"] = cfg.experiment  # the preset's name, as the CLI gives it (one MLflow experiment)
+    return base
+
+
+def _scheduler(section: TuneSection) -> Any:
+    if section.scheduler != "pbt":
+        return None
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    mutations = {k: _value(v, f"tune.hyperparam_mutations.{k}", True) for k, v in section.hyperparam_mutations.items()}
+    return PopulationBasedTraining(
+        time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
+        burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
+        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability)
+
+
+def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], launch: Path,
+             output_dir: str | None) -> int:
+    """Run the population of ``cfg`` (the validated base; ``unresolved``: its plain data before
+    interpolation, what each trial resolves with its values); print each trial's outcome; the exit
+    status (1 if a trial failed)."""
+    section = parse_section(raw_section)
+    base = _trial_base(cfg, unresolved, section, launch)
+    scheduler = _scheduler(section)
+    space: dict[str, Any] = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
+    name = section.name or cfg.experiment or cfg.algo.name
+    storage = Path(section.storage_path or Path(output_dir or launch) / "tune").resolve()
+    from ray import tune
+
+    from rlrun.app.tune_trainable import RLrunTrainable
+    from rlrun.sources.ray_instance import init_ray, shutdown_ray
+
+    # a private local instance on 127.0.0.1 (or rollout.ray.address's cluster), stopped at the end
+    started = init_ray(dataclasses.replace(cfg.rollout.ray, num_cpus=section.num_cpus or cfg.rollout.ray.num_cpus),
+                       launch)
+    # Tune's table of the trials with the tuned keys as columns (its newer output prints every trial's whole config)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    reporter = tune.CLIReporter(
+        parameter_columns=[*section.hyperparam_mutations, *section.param_space],
+        metric_columns={section.metric: section.metric.rsplit("/", 1)[-1], "timesteps_total": "env steps",
+                        "training_iteration": "iter"}, max_report_frequency=30)
+    try:
+        print(f"rlrun: {section.num_samples} trials ({section.scheduler}) of {name}; MLflow experiment "
+              f"'{cfg.tracking.experiment_name or cfg.experiment or 'Default'}' at {base['tracking']['tracking_uri']}; "
+              f"Tune's files in "
+              f"{storage / name}", flush=True)
+        tuner = tune.Tuner(
+            RLrunTrainable, param_space={"rlrun": base, **space},
+            tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
+                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials),
+            run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=1, progress_reporter=reporter,
+                                      checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
+        results = tuner.fit()
+    finally:
+        if started:
+            shutdown_ray()
+    return _report(results, section)
+
+
+def _report(results: Any, section: TuneSection) -> int:
+    failed = 0
+    for r in results:
+        m = r.metrics or {}
+        trial = m.get("trial_id", "?")
+        value = m.get(section.metric, float("nan"))
+        if r.error is not None:
+            failed += 1
+            print(f"rlrun: trial {trial}: failed: {str(r.error).splitlines()[-1][:300]}", flush=True)
+        else:
+            print(f"rlrun: trial {trial}: {section.metric} = {value:g} after {int(m.get('timesteps_total', 0)):,} "
+                  f"env steps, {m.get('training_iteration', 0)} iterations", flush=True)
+    try:
+        best = results.get_best_result()
+        print(f"rlrun: best trial {best.metrics.get('trial_id')}: {section.metric} = "
+              f"{best.metrics.get(section.metric, float('nan')):g}", flush=True)
+    except (RuntimeError, ValueError):
+        pass
+    return 1 if failed else 0
+

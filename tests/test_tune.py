@@ -1,0 +1,159 @@
+"""rlrun algorithms as Ray Tune Trainables (rlrun/app/tune_trainable.py) and population-based
+training from YAML (``rlrun +experiment=... tune=pbt``, rlrun/app/tune_run.py): real Tune, a real
+local Ray instance in a loopback-only namespace, a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, isolated, run_cli
+
+
+def _left_running(*roots: str) -> list[str]:
+    """Processes whose command line names one of ``roots`` or whose working dir is under one."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if any(r in cmd or cwd.startswith(r) for r in roots):
+            left.append(f"{pid}: {cmd[:200]}")
+    return left
+
+
+def _client(tmp_path: Path):
+    import mlflow
+
+    return mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def _runs(client, experiment: str):
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, [e.name for e in client.search_experiments()]
+    return client.search_runs([exp.experiment_id])
+
+
+def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+                  timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``argv`` in a loopback-only namespace (its pid is the command's: unshare and sh exec it)."""
+    proc = subprocess.Popen(isolated(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), proc.pid
+
+
+@pytest.mark.ray
+def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
+    # 8 iterations of 1024 steps, a perturbation every 2: three exploit/explore rounds over 4 trials
+    p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
+                            "stop.timesteps_total=8192", "tune.perturbation_interval=2", "progress=false"], tmp_path)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert p.stdout.count("rlrun: trial ") == 4 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
+    # the private Ray instance (its temp dir rlrun-ray-<pid>-*: rlrun/sources/ray_instance.py), the trials'
+    # actors and their MLflow writers: all gone when rlrun exits
+    assert not _left_running(f"rlrun-ray-{pid}-", str(tmp_path)), "left running after rlrun exited"
+    client = _client(tmp_path)
+    runs = _runs(client, "ppo_cartpole")  # every trial: one run of the preset's experiment
+    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["rlrun.tune.trial_id"] for r in runs}) == 4
+    ids = {r.info.run_id for r in runs}
+    exploited = [r for r in runs if "rlrun.tune.exploit.1" in r.data.tags]
+    assert exploited, "no trial took another trial's checkpoint"
+    changed = False
+    for r in exploited:
+        source = r.data.tags["rlrun.tune.restored_from_run"]
+        assert source in ids - {r.info.run_id}, "the checkpoint came from another trial's run"
+        assert "restored trial" in r.data.tags["rlrun.tune.exploit.1"]
+        for key in ("algo.lr", "loss.clip_param", "seed"):  # the values it trained with over time
+            values = [m.value for m in client.get_metric_history(r.info.run_id, f"hparams/{key}")]
+            assert len(values) >= 8
+            changed |= len(set(values)) > 1
+    assert changed, "an exploiting trial's values never changed"
+    for r in runs:  # Tune's checkpoints are rlrun checkpoints, also in the trial's MLflow run
+        names = [a.path for a in client.list_artifacts(r.info.run_id, "checkpoints")]
+        assert names and all(n.startswith("checkpoints/checkpoint_") for n in names), names
+        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(r.info.run_id, names[-1])}
+        assert {"meta.json", "config.yaml"} <= files, files
+
+
+SCRIPT = textwrap.dedent("""
+    import os
+    import ray
+    from ray import tune
+    from rlrun import PPOTrainer
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    where = os.path.abspath("ray_results")
+    cfg = {"env": "CartPole-v1", "train_batch_size": 1000, "num_sgd_iter": 5}
+    grid = tune.run(PPOTrainer, config={**cfg, "lr": tune.grid_search([1e-3, 3e-4])}, stop={"training_iteration": 2},
+                    checkpoint_freq=1, storage_path=where, name="grid", verbose=0)
+    first = grid.trials[0]
+    print("GRID", [t.last_result["training_iteration"] for t in grid.trials], first.config["lr"])
+    again = tune.run(PPOTrainer, config={**cfg, "lr": first.config["lr"]}, restore=first.checkpoint.path,
+                     stop={"training_iteration": 3}, storage_path=where, name="restored", verbose=0)
+    r = again.trials[0].last_result
+    print("RESTORED", r["training_iteration"], r["timesteps_total"], r["episode_reward_mean"] > 0)
+    res = tune.Tuner(PPOTrainer, param_space=cfg, run_config=tune.RunConfig(
+        stop={"training_iteration": 1}, storage_path=where, name="tuner", verbose=0)).fit()
+    print("TUNER", res[0].metrics["training_iteration"], res[0].error)
+    ray.shutdown()
+""")
+
+
+@pytest.mark.ray
+def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="rt")
+    try:
+        (tmp_path / "script.py").write_text(SCRIPT)
+        p, _ = _run_isolated([sys.executable, "script.py"], tmp_path, {"RAY_TMPDIR": ray_tmp})
+        assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+        assert not _left_running(ray_tmp, str(tmp_path))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+    assert lines["GRID"][:2] == ["[2,", "2]"], p.stdout
+    # restored from the grid's checkpoint at iteration 2: one more iteration, its env steps on top
+    assert lines["RESTORED"][0] == "3" and int(lines["RESTORED"][1]) >= 3000, p.stdout
+    assert lines["TUNER"] == ["1", "None"], p.stdout
+    client = _client(tmp_path)  # the launch dir's store: each trial one run in its Tune experiment's name
+    grid = _runs(client, "grid")
+    assert len(grid) == 2 and {r.info.status for r in grid} == {"FINISHED"}
+    assert sorted(float(r.data.params["algo.lr"]) for r in grid) == [3e-4, 1e-3]
+    for r in grid:
+        assert len(client.list_artifacts(r.info.run_id, "checkpoints")) == 2  # checkpoint_freq=1, 2 iterations
+        assert "rollout/episode_return_mean" in r.data.metrics
+        assert r.data.tags["mlflow.runName"].startswith("PPOTrainer")
+    (restored,) = _runs(client, "restored")
+    steps = [m.step for m in client.get_metric_history(restored.info.run_id, "timesteps_total")]
+    assert len(steps) == 1 and steps[0] >= 3000, steps  # the one iteration it trained, after the restored two
+    assert len(_runs(client, "tuner")) == 1
+
+
+@pytest.mark.parametrize("args, line", [
+    (["tune.num_samples=0"], "tune.num_samples: expected a whole number >= 1, got 0"),
+    (["tune.scheduler=hyperband"], "tune.scheduler: 'hyperband' is not one rlrun has"),
+    (["+tune.hyperparam_mutations.algo.lrr=[1.0e-3]"],
+     "tune.hyperparam_mutations.algo.lrr: algo.lrr is not a key of the rlrun config (did you mean 'lr'?)"),
+    (["tune.hyperparam_mutations.algo.lr=[fast]"], "tune: a trial with algo.lr='fast'"),
+    (["+tune.workers=2"], "tune.workers: not a tune key"),
+    (["+tune.param_space.algo.gamma={uniform: [0.999, 0.9]}"],
+     "tune.param_space.algo.gamma: uniform needs [lo, hi] with lo < hi"),
+    (["tune.hyperparam_mutations.algo.lr=3"], "tune.hyperparam_mutations.algo.lr: expected a list of values"),
+    (["-m", "seed=0,1"], "tune: a Tune population runs without -m"),
+])
+def test_a_bad_tune_section_is_one_line_before_ray_starts(tmp_path, args, line):
+    p = run_cli(["+experiment=ppo_cartpole", "tune=pbt", *args], tmp_path, timeout=120)
+    assert p.returncode == 2, (p.stdout[-2000:], p.stderr[-2000:])
+    err = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(err) == 1 and line in err[0], p.stderr
+    assert not (tmp_path / "mlflow.db").exists()
