@@ -38,7 +38,8 @@ class TuneSection:
     resample_probability: float = 0.25
     hyperparam_mutations: dict[str, Any] = dataclasses.field(default_factory=dict)
     param_space: dict[str, Any] = dataclasses.field(default_factory=dict)
-    max_concurrent_trials: int | None = None  # null: as many as the CPUs allow (one CPU per trial)
+    cpus_per_trial: float | None = None  # null: the CPUs shared so that every trial runs at once (at most 1)
+    max_concurrent_trials: int | None = None  # null: as many as the CPUs allow
     num_cpus: int | None = None  # the local Ray instance's CPUs (null: this machine's)
     storage_path: str | None = None  # null: <the run's output dir>/tune
     name: str | None = None  # the Tune experiment (null: the rlrun experiment's name)
@@ -66,6 +67,9 @@ def parse_section(raw: Mapping[str, Any]) -> TuneSection:
     if section.scheduler not in SCHEDULERS:
         raise ConfigError(f"tune.scheduler: {section.scheduler!r} is not one rlrun has"
                           f"{suggest(str(section.scheduler), list(SCHEDULERS))}; choose {', '.join(SCHEDULERS)}")
+    if section.cpus_per_trial is not None and not (isinstance(section.cpus_per_trial, int | float)
+                                                   and 0 < section.cpus_per_trial <= 64):
+        raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, 64], got {section.cpus_per_trial!r}")
     if section.mode not in ("max", "min"):
         raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
     for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability"):
@@ -183,6 +187,7 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     space: dict[str, Any] = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
     name = section.name or cfg.experiment or cfg.algo.name
     storage = Path(section.storage_path or Path(output_dir or launch) / "tune").resolve()
+    import ray
     from ray import tune
 
     from rlrun.app.tune_trainable import RLrunTrainable
@@ -202,8 +207,11 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
               f"'{cfg.tracking.experiment_name or cfg.experiment or 'Default'}' at {base['tracking']['tracking_uri']}; "
               f"Tune's files in "
               f"{storage / name}", flush=True)
+        # every trial at once by default: PBT pauses a trial that waits for CPUs at each perturbation, and
+        # each resume starts a new actor (imports, the MLflow writer: seconds per resume)
+        cpus = section.cpus_per_trial or min(1.0, ray.available_resources().get("CPU", 1.0) / section.num_samples)
         tuner = tune.Tuner(
-            RLrunTrainable, param_space={"rlrun": base, **space},
+            tune.with_resources(RLrunTrainable, {"cpu": cpus}), param_space={"rlrun": base, **space},
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
                                         mode=section.mode, max_concurrent_trials=section.max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=1, progress_reporter=reporter,

@@ -207,10 +207,14 @@ class RLrunTrainable(tune.Trainable):
         was = ckpt.meta.get("tune_hparams") or {}
         changes = ", ".join(f"{k} {was.get(k, float('nan')):g} -> {v:g}" for k, v in self.hparams.items()
                             if was.get(k) != v)
+        n = self._exploit_count()
+        steps = ckpt.meta.get("timesteps_total")
+        if isinstance(steps, int | float):  # where on the trial's curve it took the other's checkpoint
+            ctx.tracker.log_metrics({"tune/exploits": float(n)}, int(steps))
         ctx.tracker.set_tags({
             "rlrun.tune.restored_from_trial": source,
             "rlrun.tune.restored_from_run": str(ckpt.meta.get("mlflow_run_id")),
-            f"rlrun.tune.exploit.{self._exploit_count()}": (
+            f"rlrun.tune.exploit.{n}": (
                 f"restored trial {source}'s checkpoint (MLflow run {ckpt.meta.get('mlflow_run_id')}, iteration "
                 f"{ckpt.meta.get('training_iteration', '?')}, {ckpt.meta.get('timesteps_total', '?')} env steps); "
                 f"{changes or 'same values'}"),
