@@ -54,9 +54,9 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
-    # 8 iterations of 1024 steps, a perturbation every 2: three exploit/explore rounds over 4 trials
+    # 8 iterations of 1024 steps, a perturbation every 2048 env steps: three exploit/explore rounds over 4 trials
     p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
-                            "stop.timesteps_total=8192", "tune.perturbation_interval=2", "progress=false"], tmp_path)
+                            "stop.timesteps_total=8192", "tune.perturbation_interval=2048", "progress=false"], tmp_path)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     assert p.stdout.count("rlrun: trial ") == 4 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
     # the private Ray instance (its temp dir rlrun-ray-<pid>-*: rlrun/sources/ray_instance.py), the trials'
@@ -106,6 +106,23 @@ SCRIPT = textwrap.dedent("""
     res = tune.Tuner(PPOTrainer, param_space=cfg, run_config=tune.RunConfig(
         stop={"training_iteration": 1}, storage_path=where, name="tuner", verbose=0)).fit()
     print("TUNER", res[0].metrics["training_iteration"], res[0].error)
+
+    # a policy from build_policy and its build_trainer class, in Tune (the actor registers them again)
+    from rlrun import Postprocessing, SampleBatch, build_policy, build_trainer, compute_advantages, trainable
+
+    def pg_loss(policy, model, dist_class, train_batch):
+        logits, _ = model({SampleBatch.CUR_OBS: train_batch[SampleBatch.CUR_OBS]})
+        logp = dist_class(logits).logp(train_batch[SampleBatch.ACTIONS])
+        return -(logp * train_batch[Postprocessing.ADVANTAGES]).mean()
+
+    def advantages(policy, batch, other_agent_batches=None, episode=None):
+        return compute_advantages(batch, 0.0, policy.config["gamma"], use_gae=False, use_critic=False)
+
+    MyTrainer = build_trainer(name="MyTuneTrainer", default_policy=build_policy(
+        name="MyTunePolicy", loss_fn=pg_loss, postprocess_fn=advantages))
+    c = tune.run(trainable(MyTrainer), config={"env": "CartPole-v1", "lr": 0.01, "train_batch_size": 1000},
+                 stop={"training_iteration": 2}, storage_path=where, name="classic", verbose=0)
+    print("CLASSIC", c.trials[0].status, c.trials[0].last_result["training_iteration"])
     ray.shutdown()
 """)
 
@@ -137,6 +154,9 @@ def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_pat
     steps = [m.step for m in client.get_metric_history(restored.info.run_id, "timesteps_total")]
     assert len(steps) == 1 and steps[0] >= 3000, steps  # the one iteration it trained, after the restored two
     assert len(_runs(client, "tuner")) == 1
+    assert lines["CLASSIC"] == ["TERMINATED", "2"], p.stdout
+    (classic,) = _runs(client, "classic")
+    assert classic.data.params["algo.name"] == "MyTuneTrainer" and classic.data.params["loss.name"] == "MyTunePolicy"
 
 
 @pytest.mark.parametrize("args, line", [
@@ -144,7 +164,7 @@ def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_pat
     (["tune.scheduler=hyperband"], "tune.scheduler: 'hyperband' is not one rlrun has"),
     (["+tune.hyperparam_mutations.algo.lrr=[1.0e-3]"],
      "tune.hyperparam_mutations.algo.lrr: algo.lrr is not a key of the rlrun config (did you mean 'lr'?)"),
-    (["tune.hyperparam_mutations.algo.lr=[fast]"], "tune: a trial with algo.lr='fast'"),
+    (["tune.hyperparam_mutations.loss.clip_param=[wide]"], "loss.clip_param='wide'"),
     (["+tune.workers=2"], "tune.workers: not a tune key"),
     (["+tune.param_space.algo.gamma={uniform: [0.999, 0.9]}"],
      "tune.param_space.algo.gamma: uniform needs [lo, hi] with lo < hi"),

@@ -38,7 +38,7 @@ class RecordIteration:
     its env step, to MLflow (a tracker whose writer died fails the run here, not at the end)."""
 
     def after_iteration(self, ctx: Any, trainer: Any, result: dict[str, float]) -> None:
-        step, ms = int(result["timesteps_total"]), int(time.time() * 1000)
+        step, ms = int(result["timesteps_total"]) + ctx.step_offset, int(time.time() * 1000)
         ctx.history.append(numbers(result), step, ms)
         ctx.tracker.check()
         ctx.tracker.log_metrics(mlflow_row(result, ctx.used_metrics), step, ms)

@@ -165,6 +165,7 @@ class RunContext:
     run_key: str = ""  # rlrun.run_key: names the MLflow run before it exists (see write_checkpoint)
     resumed_from: str | None = None  # the checkpoint it continued, its iteration, steps and MLflow run
     used_metrics: set[str] = field(default_factory=set)  # ZERO_UNTIL_USED metrics seen non-zero
+    step_offset: int = 0  # MLflow step - timesteps_total (a Tune trial that took another's checkpoint)
     background_finish: bool = False
     writer_pid: int | None = None  # the MLflow writer still finishing the run after run() returns
 

@@ -31,8 +31,8 @@ class TuneSection:
     scheduler: str = "pbt"
     metric: str = "rollout/episode_return_mean"
     mode: str = "max"
-    time_attr: str = "training_iteration"
-    perturbation_interval: float = 4
+    time_attr: str = "timesteps_total"
+    perturbation_interval: float = 20000
     burn_in_period: float = 0
     quantile_fraction: float = 0.25
     resample_probability: float = 0.25
@@ -207,13 +207,14 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
               f"'{cfg.tracking.experiment_name or cfg.experiment or 'Default'}' at {base['tracking']['tracking_uri']}; "
               f"Tune's files in "
               f"{storage / name}", flush=True)
-        # every trial at once by default: PBT pauses a trial that waits for CPUs at each perturbation, and
-        # each resume starts a new actor (imports, the MLflow writer: seconds per resume)
+        # every trial at once by default: PBT pauses a trial at each perturbation while another waits, and
+        # each resume sets up its trial again (an actor reused: reset_config; a new one: seconds of imports)
         cpus = section.cpus_per_trial or min(1.0, ray.available_resources().get("CPU", 1.0) / section.num_samples)
         tuner = tune.Tuner(
             tune.with_resources(RLrunTrainable, {"cpu": cpus}), param_space={"rlrun": base, **space},
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
-                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials),
+                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials,
+                                        reuse_actors=True),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=1, progress_reporter=reporter,
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
         results = tuner.fit()

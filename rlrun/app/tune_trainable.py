@@ -91,6 +91,7 @@ class RLrunTrainable(tune.Trainable):
         from rlrun.app.run_hooks import RecordIteration, RunHook, TagWorkerNodes
         from rlrun.app.runner import make_trainer_from, start_run
 
+        self._trial, self._config = str(self.trial_id), copy.deepcopy(config)
         self.launch = Path(os.environ.get("TUNE_ORIG_WORKING_DIR") or os.getcwd()).resolve()
         storage = getattr(self, "_storage", None)
         trial_dir = Path(storage.trial_fs_path) if storage is not None else Path(self.logdir)
@@ -107,7 +108,6 @@ class RLrunTrainable(tune.Trainable):
         self.ctx.history_start = 0  # the trial's curve: all of its iterations
         self.ctx.status = "FINISHED"  # Tune stops a trial at its end and when PBT pauses it
         self.ctx.reason = "stopped by Tune"
-        self.exploits = 0
         try:
             self.ctx.trainer = make_trainer_from(self.ctx.cfg, self.launch)
         except BaseException:
@@ -162,7 +162,7 @@ class RLrunTrainable(tune.Trainable):
                 ctx.tracker.set_tags({"rlrun.error": f"{type(e).__name__}: {e}"[:5000]})
             raise
         ctx.tracker.log_metrics({f"hparams/{k}": v for k, v in self.hparams.items()},
-                                int(ctx.result["timesteps_total"]))
+                                int(ctx.result["timesteps_total"]) + ctx.step_offset)
         result: dict[str, Any] = dict(ctx.result)
         for rllib, ours in RLLIB_NAMES.items():
             if ours in result:
@@ -182,11 +182,13 @@ class RLrunTrainable(tune.Trainable):
         ctx = self.ctx
         assert ctx.trainer is not None
         ctx.tracker.wait_started()  # the checkpoint names its MLflow run (an exploiting trial tags it)
+        state = ctx.trainer.get_state()
+        counters = state.get("counters") or {}  # the trainer's (a trial restored and saved before a step has no result)
         meta = {"algo": ctx.cfg.algo.name, "env": ctx.cfg.env.label, "mlflow_run_id": ctx.tracker.run_id,
                 RUN_KEY_META: ctx.run_key, RUN_NAME_META: ctx.run_name, "tune_trial_id": str(self.trial_id),
-                "tune_hparams": self.hparams, **{k: ctx.result.get(k) for k in STOP_COUNTERS}, **version_tags()}
-        path = save_checkpoint(Path(checkpoint_dir) / CHECKPOINT_SUBDIR, ctx.trainer.get_state(), meta,
-                               ctx.config_dict, ctx.history)
+                "tune_hparams": self.hparams, "tune_step_offset": ctx.step_offset,
+                **{k: counters.get(k, ctx.result.get(k)) for k in STOP_COUNTERS}, **version_tags()}
+        path = save_checkpoint(Path(checkpoint_dir) / CHECKPOINT_SUBDIR, state, meta, ctx.config_dict, ctx.history)
         storage = getattr(self, "_storage", None)  # Tune's name for it: checkpoint_<its index>
         index = getattr(storage, "current_checkpoint_index", None)
         name = f"checkpoint_{index + 1:06d}" if isinstance(index, int) else f"iter_{ctx.trainer.iteration:06d}"
@@ -202,15 +204,18 @@ class RLrunTrainable(tune.Trainable):
         ctx.trainer.set_state(ckpt.state)
         source = ckpt.meta.get("tune_trial_id")
         if source is None or source == str(self.trial_id):
+            ctx.step_offset = int(ckpt.meta.get("tune_step_offset") or 0)
             return
-        self.exploits += 1
+        # another trial's checkpoint (PBT's exploit): its env-step count is the source's; this trial's MLflow
+        # steps go on from its own last one, so its curves never step back over what it trained before
+        own_last = max((step for _, step, _ in ctx.history.rows()), default=0)
+        steps = ckpt.meta.get("timesteps_total")
+        ctx.step_offset = max(0, own_last - int(steps)) if isinstance(steps, int | float) else 0
         was = ckpt.meta.get("tune_hparams") or {}
         changes = ", ".join(f"{k} {was.get(k, float('nan')):g} -> {v:g}" for k, v in self.hparams.items()
                             if was.get(k) != v)
         n = self._exploit_count()
-        steps = ckpt.meta.get("timesteps_total")
-        if isinstance(steps, int | float):  # where on the trial's curve it took the other's checkpoint
-            ctx.tracker.log_metrics({"tune/exploits": float(n)}, int(steps))
+        ctx.tracker.log_metrics({"tune/exploits": float(n)}, own_last)  # where on its curve it took the other's
         ctx.tracker.set_tags({
             "rlrun.tune.restored_from_trial": source,
             "rlrun.tune.restored_from_run": str(ckpt.meta.get("mlflow_run_id")),
@@ -236,7 +241,15 @@ class RLrunTrainable(tune.Trainable):
             finish_run(ctx, final_checkpoint=False)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        return False  # a new actor per config (tune.run's default, reuse_actors=False)
+        """``reuse_actors=True``: this actor now trains ``new_config`` for the trial Tune has set (the same
+        one resumed, or another): the previous trial's run ends, the new one starts or continues. Saves
+        the actor's start (imports: seconds) at each of PBT's pauses."""
+        if str(self.trial_id) == self._trial and new_config == self._config:
+            return True  # the same trial again, unchanged: its trainer (and its envs' episodes) go on
+        self.cleanup()
+        self._finished = False
+        self.setup(copy.deepcopy(new_config))
+        return True
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
