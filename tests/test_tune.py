@@ -86,6 +86,40 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
         assert {"meta.json", "config.yaml"} <= files, files
 
 
+@pytest.mark.ray
+def test_ctrl_c_ends_the_population_marks_its_trials_killed_and_leaves_nothing_running(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
+                                      "progress=false"]), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:  # every trial has recorded iterations
+            time.sleep(2)
+            if (tmp_path / "mlflow.db").exists():
+                runs = _runs_or_none(_client(tmp_path), "ppo_cartpole")
+                if runs and len(runs) == 4 and all("timesteps_total" in r.data.metrics for r in runs):
+                    break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out[-2000:], err[-2000:])
+    assert "rlrun: interrupted: 4 trials had not ended (MLflow runs marked KILLED)" in err, err[-2000:]
+    assert not _left_running(f"rlrun-ray-{proc.pid}-", str(tmp_path))
+    runs = _runs(_client(tmp_path), "ppo_cartpole")
+    assert [r.info.status for r in runs] == ["KILLED"] * 4
+    assert all(r.data.tags["rlrun.stop_reason"].startswith("interrupted") for r in runs)
+
+
+def _runs_or_none(client, experiment: str):
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id]) if exp is not None else None
+
+
 SCRIPT = textwrap.dedent("""
     import os
     import ray

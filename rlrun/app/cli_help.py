@@ -21,6 +21,7 @@ GROUP_HELP = {
     "debug": "quick checks",
     "experiment": "tuned presets: use with a plus, +experiment=<name>",
     "hparams_search": "hyperparameter searches (with -m)",
+    "tune": "a population of trials with Ray Tune (tune=pbt: population-based training; no -m)",
 }
 
 USAGE = """\
@@ -38,6 +39,7 @@ examples:
   rlrun +experiment=ppo_cartpole --cfg job                         print the composed config
   rlrun +experiment=ppo_cartpole resume=latest                     continue the newest checkpoint
   rlrun rerun=<run id or name>                                     run a recorded run again, say what differs
+  rlrun +experiment=ppo_cartpole tune=pbt                          population-based training, 4 trials (Ray Tune)
   rlrun-eval checkpoint=latest episodes=20 render=true             evaluate a saved policy (GIF)
   rlrun-eval checkpoint=latest explore=true output=data/cp       record its episodes (Parquet)
   rlrun +experiment=bc_cartpole input=data/cp                      train from recorded episodes

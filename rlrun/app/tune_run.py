@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,8 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     finally:
         if started:
             shutdown_ray()
-    return _report(results, section)
+    code = _report(results, section)
+    return 130 if _mark_interrupted(results, base["tracking"]["tracking_uri"], storage / name) else code
 
 
 def _report(results: Any, section: TuneSection) -> int:
@@ -243,4 +245,25 @@ def _report(results: Any, section: TuneSection) -> int:
     except (RuntimeError, ValueError):
         pass
     return 1 if failed else 0
+
+
+def _mark_interrupted(results: Any, tracking_uri: str, where: Path) -> bool:
+    """After Ctrl-C (Tune stops the trials and saves its state): the trials that had not ended get their
+    MLflow runs marked KILLED (their last checkpoints are Tune's); True if there were any."""
+    # a trial ends on its own stop (its last result is `done`) or an error; any other was cut short
+    cut = [str((r.metrics or {}).get("trial_id")) for r in results
+           if r.error is None and not (r.metrics or {}).get("done")]
+    if not cut:
+        return False
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    for trial in cut:
+        for run in client.search_runs(ids, f"tags.`rlrun.tune.trial_id` = '{trial}'"):
+            client.set_tag(run.info.run_id, "rlrun.stop_reason", "interrupted (Ctrl-C): Tune saved its state")
+            client.set_terminated(run.info.run_id, "KILLED")
+    print(f"rlrun: interrupted: {len(cut)} trials had not ended (MLflow runs marked KILLED); Tune's state and "
+          f"their checkpoints are in {where} (tune.Tuner.restore)", file=sys.stderr, flush=True)
+    return True
 
