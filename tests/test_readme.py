@@ -321,11 +321,12 @@ def run_python(block: Block, launch: Path) -> None:
                             'load_model(f"runs:/{run_id}/model", dst_path=tempfile.mkdtemp(dir="."))')
         code = (f"run_id = {run_id!r}\nimport tempfile\n{code}"
                 "\nassert len(model.predict(np.zeros((8, 4), np.float32))) == 8\n")
-    if "from ray import tune" in code:  # Tune starts Ray: loopback only, its session dir removed after
+    if "from ray import tune" in code:  # Tune starts Ray: loopback only, its session dir removed after, and
+        # TMPDIR there too: the dashboard Ray starts by default is killed at exit with its pymp-* temp dir left
         ray_tmp = tempfile.mkdtemp(prefix="rt")
         try:
             p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=launch, capture_output=True, text=True,
-                               timeout=900, env={**ENV, "RAY_TMPDIR": ray_tmp})
+                               timeout=900, env={**ENV, "RAY_TMPDIR": ray_tmp, "TMPDIR": ray_tmp})
         finally:
             shutil.rmtree(ray_tmp, ignore_errors=True)
         assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
