@@ -64,7 +64,8 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     assert not _left_running(f"rlrun-ray-{pid}-", str(tmp_path)), "left running after rlrun exited"
     client = _client(tmp_path)
     runs = _runs(client, "ppo_cartpole")  # every trial: one run of the preset's experiment
-    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}, [
+        (r.info.status, r.data.tags, r.data.metrics.get("timesteps_total")) for r in runs if r.info.status != "FINISHED"]
     assert len({r.data.tags["rlrun.tune.trial_id"] for r in runs}) == 4
     ids = {r.info.run_id for r in runs}
     exploited = [r for r in runs if "rlrun.tune.exploit.1" in r.data.tags]
@@ -74,16 +75,21 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
         source = r.data.tags["rlrun.tune.restored_from_run"]
         assert source in ids - {r.info.run_id}, "the checkpoint came from another trial's run"
         assert "restored trial" in r.data.tags["rlrun.tune.exploit.1"]
+        marks = client.get_metric_history(r.info.run_id, "tune/exploits")  # where on its curve: after its own steps
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "timesteps_total")]
+        assert marks and all(any(s < m.step for s in steps) for m in marks), (marks, steps)
         for key in ("algo.lr", "loss.clip_param", "seed"):  # the values it trained with over time
             values = [m.value for m in client.get_metric_history(r.info.run_id, f"hparams/{key}")]
             assert len(values) >= 8
             changed |= len(set(values)) > 1
     assert changed, "an exploiting trial's values never changed"
-    for r in runs:  # Tune's checkpoints are rlrun checkpoints, also in the trial's MLflow run
+    for r in runs:  # Tune's checkpoints are rlrun checkpoints, also in the trial's MLflow run, with the final one
         names = [a.path for a in client.list_artifacts(r.info.run_id, "checkpoints")]
-        assert names and all(n.startswith("checkpoints/checkpoint_") for n in names), names
-        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(r.info.run_id, names[-1])}
+        tune_ckpts = [n for n in names if n.startswith("checkpoints/checkpoint_")]
+        assert tune_ckpts and [n for n in names if n.startswith("checkpoints/iter_")], names
+        files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(r.info.run_id, tune_ckpts[-1])}
         assert {"meta.json", "config.yaml"} <= files, files
+        assert r.data.tags["rlrun.stop_reason"].startswith("timesteps_total"), r.data.tags  # its own stop ended it
 
 
 @pytest.mark.ray

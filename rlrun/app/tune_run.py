@@ -209,13 +209,13 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
               f"Tune's files in "
               f"{storage / name}", flush=True)
         # every trial at once by default: PBT pauses a trial at each perturbation while another waits, and
-        # each resume sets up its trial again (an actor reused: reset_config; a new one: seconds of imports)
+        # each resume starts its trial's actor again (seconds of imports). Actors are not reused: a paused
+        # trial's cached actor would keep its MLflow run open while the trial goes on in another actor
         cpus = section.cpus_per_trial or min(1.0, ray.available_resources().get("CPU", 1.0) / section.num_samples)
         tuner = tune.Tuner(
             tune.with_resources(RLrunTrainable, {"cpu": cpus}), param_space={"rlrun": base, **space},
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
-                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials,
-                                        reuse_actors=True),
+                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=1, progress_reporter=reporter,
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
         results = tuner.fit()
@@ -248,21 +248,27 @@ def _report(results: Any, section: TuneSection) -> int:
 
 
 def _mark_interrupted(results: Any, tracking_uri: str, where: Path) -> bool:
-    """After Ctrl-C (Tune stops the trials and saves its state): the trials that had not ended get their
-    MLflow runs marked KILLED (their last checkpoints are Tune's); True if there were any."""
+    """Each trial's MLflow run in the state the trial ended in: after Ctrl-C (Tune stops the trials and saves
+    its state) the trials that had not ended are marked KILLED (their last checkpoints are Tune's); a trial
+    that met its stop is FINISHED (an actor of it that Tune killed at the end may have left its run open).
+    True if any trial was cut short."""
     # a trial ends on its own stop (its last result is `done`) or an error; any other was cut short
-    cut = [str((r.metrics or {}).get("trial_id")) for r in results
-           if r.error is None and not (r.metrics or {}).get("done")]
-    if not cut:
-        return False
+    done = {str((r.metrics or {}).get("trial_id")): bool((r.metrics or {}).get("done")) for r in results
+            if r.error is None}
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri)
     ids = [e.experiment_id for e in client.search_experiments()]
-    for trial in cut:
+    for trial, ended in done.items():
         for run in client.search_runs(ids, f"tags.`rlrun.tune.trial_id` = '{trial}'"):
-            client.set_tag(run.info.run_id, "rlrun.stop_reason", "interrupted (Ctrl-C): Tune saved its state")
-            client.set_terminated(run.info.run_id, "KILLED")
+            if not ended:
+                client.set_tag(run.info.run_id, "rlrun.stop_reason", "interrupted (Ctrl-C): Tune saved its state")
+                client.set_terminated(run.info.run_id, "KILLED")
+            elif run.info.status == "RUNNING":
+                client.set_terminated(run.info.run_id, "FINISHED")
+    cut = [trial for trial, ended in done.items() if not ended]
+    if not cut:
+        return False
     print(f"rlrun: interrupted: {len(cut)} trials had not ended (MLflow runs marked KILLED); Tune's state and "
           f"their checkpoints are in {where} (tune.Tuner.restore)", file=sys.stderr, flush=True)
     return True

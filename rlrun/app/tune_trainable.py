@@ -168,9 +168,11 @@ class RLrunTrainable(tune.Trainable):
             if ours in result:
                 result[rllib] = result[ours]
         met = stop_reason(ctx.cfg.stop, ctx.result) if self.own_stop else None
-        if met:
+        if met:  # the trial's end: its record complete now (final checkpoint, model, curve, run ended), not
+            # when Tune stops or caches the actor (at the end of a population Tune kills actors after 10 s)
             ctx.reason = met
             result["done"] = True
+            self._finish(final_checkpoint=True)
         return result
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -181,7 +183,9 @@ class RLrunTrainable(tune.Trainable):
 
         ctx = self.ctx
         assert ctx.trainer is not None
-        ctx.tracker.wait_started()  # the checkpoint names its MLflow run (an exploiting trial tags it)
+        finished = getattr(self, "_finished", False)  # Tune's checkpoint_at_end after the trial's own end
+        if not finished:
+            ctx.tracker.wait_started()  # the checkpoint names its MLflow run (an exploiting trial tags it)
         state = ctx.trainer.get_state()
         counters = state.get("counters") or {}  # the trainer's (a trial restored and saved before a step has no result)
         meta = {"algo": ctx.cfg.algo.name, "env": ctx.cfg.env.label, "mlflow_run_id": ctx.tracker.run_id,
@@ -192,8 +196,9 @@ class RLrunTrainable(tune.Trainable):
         storage = getattr(self, "_storage", None)  # Tune's name for it: checkpoint_<its index>
         index = getattr(storage, "current_checkpoint_index", None)
         name = f"checkpoint_{index + 1:06d}" if isinstance(index, int) else f"iter_{ctx.trainer.iteration:06d}"
-        ctx.tracker.log_artifacts(path, f"checkpoints/{name}")
-        ctx.tracker.wait_uploaded(path)  # Tune moves the dir away when this returns
+        if not finished:  # (a finished trial's run holds its final checkpoint already)
+            ctx.tracker.log_artifacts(path, f"checkpoints/{name}")
+            ctx.tracker.wait_uploaded(path)  # Tune moves the dir away when this returns
 
     def load_checkpoint(self, checkpoint: Any) -> None:
         from rlrun.training.checkpoint import load_checkpoint
@@ -215,7 +220,9 @@ class RLrunTrainable(tune.Trainable):
         changes = ", ".join(f"{k} {was.get(k, float('nan')):g} -> {v:g}" for k, v in self.hparams.items()
                             if was.get(k) != v)
         n = self._exploit_count()
-        ctx.tracker.log_metrics({"tune/exploits": float(n)}, own_last)  # where on its curve it took the other's
+        # where on its curve it took the other's: just past its own last step (a step MLflow already holds for
+        # this run would be taken for a redone iteration and skipped)
+        ctx.tracker.log_metrics({"tune/exploits": float(n)}, own_last + 1)
         ctx.tracker.set_tags({
             "rlrun.tune.restored_from_trial": source,
             "rlrun.tune.restored_from_run": str(ckpt.meta.get("mlflow_run_id")),
@@ -233,12 +240,15 @@ class RLrunTrainable(tune.Trainable):
         return n
 
     def cleanup(self) -> None:
+        self._finish(final_checkpoint=False)
+
+    def _finish(self, final_checkpoint: bool) -> None:
         from rlrun.app.runner import finish_run
 
         ctx = getattr(self, "ctx", None)
         if ctx is not None and not getattr(self, "_finished", False):
             self._finished = True
-            finish_run(ctx, final_checkpoint=False)
+            finish_run(ctx, final_checkpoint=final_checkpoint)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """``reuse_actors=True``: this actor now trains ``new_config`` for the trial Tune has set (the same
