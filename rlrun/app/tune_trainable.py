@@ -97,7 +97,7 @@ class RLrunTrainable(tune.Trainable):
         trial_dir = Path(storage.trial_fs_path) if storage is not None else Path(self.logdir)
         experiment = storage.experiment_dir_name if storage is not None else None
         cfg, self.own_stop = self._run_config(config, experiment)
-        self.hparams = {**_scalars({k: v for k, v in config.items() if k != "rlrun"})}
+        self.hparams = _scalars({k: v for k, v in config.items() if k != "rlrun"})
         run_name = cfg.tracking.run_name or (self.trial_name if storage is not None else None)
         cfg = dataclasses.replace(cfg, output_dir=str(trial_dir / "rlrun"), progress=False,
                                   tracking=dataclasses.replace(cfg.tracking, run_name=run_name))
@@ -121,6 +121,7 @@ class RLrunTrainable(tune.Trainable):
         config's does; with RLlib's keys Tune's ``stop`` does, as in RLlib)."""
         from rlrun.app.compose import compose
         from rlrun.app.rllib_config import fmt
+        from rlrun.app.rllib_files import last_wins
 
         config = dict(config)
         base = config.pop("rlrun", None)
@@ -129,8 +130,6 @@ class RLrunTrainable(tune.Trainable):
         dotted = {k: config.pop(k) for k in list(config) if "." in k}
         overrides = [*self._rllib_overrides(config, experiment), "progress=false", f"stop.timesteps_total={UNBOUNDED}",
                      *(f"{'++' if k.startswith('stop.') else ''}{k}={fmt(v)}" for k, v in dotted.items())]
-        from rlrun.app.rllib_files import last_wins
-
         return compose(last_wins(overrides), str(self.launch)), False
 
     def _rllib_overrides(self, config: dict[str, Any], experiment: str | None) -> list[str]:
