@@ -1,4 +1,4 @@
-"""Policy.learn_on_batch guards: a NaN/inf loss stops learning before the optimizer step."""
+"""Policy's learner step: a NaN/inf loss stops learning before the optimizer step; gradient clipping as torch's."""
 
 import gymnasium as gym
 import numpy as np
@@ -128,3 +128,29 @@ def _ppo_batch_box(policy, obs):
                         SampleBatch.ACTION_DIST_INPUTS: out.dist_inputs, SampleBatch.VF_PREDS: out.values,
                         SampleBatch.ADVANTAGES: rng.normal(size=n).astype(np.float32),
                         SampleBatch.VALUE_TARGETS: rng.normal(size=n).astype(np.float32)})
+
+
+def _big_loss(policy, model, dist_class, batch):
+    return LossOutput((model(batch[SampleBatch.OBS]).values * 100.0).pow(2).mean())
+
+
+@pytest.mark.parametrize("clip", [None, 0.5, 1e9])
+def test_apply_gradients_steps_as_torch_clip_grad_norm_does(clip):
+    """Policy.apply_gradients skips clip_grad_norm_'s multiply by 1 when nothing is clipped: the
+    returned norm, the gradients and the weights after the step are exactly torch's."""
+    load_builtins()
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+    made = [make_policy("pg", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
+                        algo_config=PGConfig(lr=0.01, grad_clip=clip), loss_fn=_big_loss, seed=1) for _ in range(2)]
+    ours, ref = made
+    norm = ours.apply_gradients(_big_loss(ours, ours.model, None, {SampleBatch.OBS: torch.from_numpy(obs)}).total)
+    ref.optimizer.zero_grad()
+    _big_loss(ref, ref.model, None, {SampleBatch.OBS: torch.from_numpy(obs)}).total.backward()
+    want = torch.nn.utils.clip_grad_norm_(list(ref.model.parameters()), clip if clip is not None else float("inf"))
+    ref.optimizer.step()
+    assert norm == float(want) and norm > 1.0
+    for (k, a), b in zip(ours.model.state_dict().items(), ref.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+    grads = [(a.grad, b.grad) for a, b in zip(ours.model.parameters(), ref.model.parameters(), strict=True)]
+    assert all((a is None) == (b is None) for a, b in grads) and any(a is not None for a, _ in grads)
+    assert all(torch.equal(a, b) for a, b in grads if a is not None)

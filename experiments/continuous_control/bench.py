@@ -39,6 +39,9 @@ TARGET, BUDGET = -200.0, 20_000
 # rl-zoo3 2.9.2 hyperparams/sac.yml and td3.yml, Pendulum-v1
 SB3_ALGOS = {
     "sac": 'SAC("MlpPolicy", env, learning_rate=1e-3, seed=SEED, device="cpu", verbose=0)',
+    # SB3 with sac_pendulum's own settings (64-unit nets, lr 3e-3): where rlrun's preset gains from its settings
+    "sac_preset": ('SAC("MlpPolicy", env, learning_rate=3e-3, policy_kwargs=dict(net_arch=[64, 64]), seed=SEED, '
+                   'device="cpu", verbose=0)'),
     "td3": ('TD3("MlpPolicy", env, learning_rate=1e-3, gamma=0.98, buffer_size=200_000, learning_starts=10_000, '
             'action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)), gradient_steps=1, train_freq=1, '
             'policy_kwargs=dict(net_arch=[400, 300]), seed=SEED, device="cpu", verbose=0)'),
@@ -113,10 +116,16 @@ print(2000 / dt)
 """
 
 
-def run_rlrun(preset: str, seed: int) -> dict[str, object]:
+# rlrun with rl-zoo3's SAC settings (256-unit nets, lr 1e-3, two torch threads: sac_pendulum before 2026-11-27)
+RLZOO_SAC = ("model.hiddens=[256,256]", "model.critic_hiddens=[256,256]", "algo.lr=1e-3", "torch_threads=2")
+# (who, algo): what runs besides the preset as it is against SB3 with rl-zoo3's settings
+VARIANTS = {("rlrun (rl-zoo settings)", "sac"): RLZOO_SAC, ("sb3 (preset settings)", "sac"): "sac_preset"}
+
+
+def run_rlrun(preset: str, seed: int, overrides: tuple[str, ...] = ()) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="rlrun-cc-") as d:
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "rlrun", f"+experiment={preset}", f"seed={seed}"], cwd=d,
+        p = subprocess.run([sys.executable, "-m", "rlrun", f"+experiment={preset}", f"seed={seed}", *overrides], cwd=d,
                            capture_output=True, text=True, env={**ENV, "TMPDIR": d}, timeout=3600)
         wall = time.perf_counter() - t0
     if p.returncode != 0:
@@ -128,8 +137,8 @@ def run_rlrun(preset: str, seed: int) -> dict[str, object]:
             "return": float(stop[2]) if met else float("nan"), "target_met": met}
 
 
-def run_sb3(algo: str, seed: int) -> dict[str, object]:
-    code = SB3_RUN.format(seed=seed, budget=BUDGET, target=TARGET, algo=SB3_ALGOS[algo])
+def run_sb3(algo: str, seed: int, settings: str | None = None) -> dict[str, object]:
+    code = SB3_RUN.format(seed=seed, budget=BUDGET, target=TARGET, algo=SB3_ALGOS[settings or algo])
     with tempfile.TemporaryDirectory(prefix="rlrun-cc-") as d:
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-c", code], cwd=d, capture_output=True, text=True,
@@ -159,13 +168,20 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--algos", nargs="+", default=["sac", "td3"], choices=["sac", "td3"])
     ap.add_argument("--updates-repeats", type=int, default=3)
+    ap.add_argument("--variants", action="store_true", help="also rlrun with rl-zoo's SAC settings and SB3 with "
+                    "sac_pendulum's (VARIANTS)")
     ap.add_argument("--name", default="latest")
     args = ap.parse_args()
     rows: list[dict[str, object]] = []
     for algo in args.algos:
         for seed in args.seeds:  # interleaved: both see the same machine load
-            for who in ("rlrun", "sb3"):
-                got = run_rlrun(f"{algo}_pendulum", seed) if who == "rlrun" else run_sb3(algo, seed)
+            whos = ["rlrun", "sb3"] + [w for w, a in VARIANTS if a == algo and args.variants]
+            for who in whos:
+                extra = VARIANTS.get((who, algo))
+                if who.startswith("rlrun"):
+                    got = run_rlrun(f"{algo}_pendulum", seed, tuple(extra or ()))
+                else:
+                    got = run_sb3(algo, seed, extra if isinstance(extra, str) else None)
                 row = {"kind": "to_target", "algo": algo, "who": who, "seed": seed, **got}
                 rows.append(row)
                 print(row, flush=True)
@@ -207,9 +223,10 @@ def write(rows: list[dict[str, object]], name: str) -> None:
         sb3 = statistics.median(walls["sb3"])
         for who, w in sorted(walls.items()):
             lines.append(f"| {algo} | {who} | {statistics.median(w):.1f} | {statistics.median(w) / sb3:.2f} |")
-    lines += ["", "Learner updates per second (median of the repeats; 256 rows a minibatch):", "",
-              "| algo | torch threads | rlrun | sb3 | rlrun / sb3 |", "| --- | --- | --- | --- | --- |"]
-    for algo in sorted({str(r["algo"]) for r in rows}):
+    if any(r["kind"] == "updates" for r in rows):
+        lines += ["", "Learner updates per second (median of the repeats; 256 rows a minibatch):", "",
+                  "| algo | torch threads | rlrun | sb3 | rlrun / sb3 |", "| --- | --- | --- | --- | --- |"]
+    for algo in sorted({str(r["algo"]) for r in rows if r["kind"] == "updates"}):
         for threads in (1, 2):
             ups: dict[str, list[float]] = {}
             for r in rows:

@@ -323,8 +323,19 @@ class Policy:
         """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
         self.optimizer.zero_grad()
         loss.backward()
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if not grads:
+            self.optimizer.step()
+            return 0.0
+        # torch.nn.utils.clip_grad_norm_'s arithmetic (the same scale factor, bit for bit), without its
+        # multiply by 1 when nothing is clipped: 215 -> 53 us a step here for SAC's 12 tensors, ~6 % of
+        # a 64-unit SAC update (experiments/continuous_control)
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         clip = self.config.grad_clip
-        norm = torch.nn.utils.clip_grad_norm_(self._params, clip if clip is not None else float("inf"))
+        if clip is not None:
+            coef = clip / (norm + 1e-6)
+            if coef < 1.0:
+                torch._foreach_mul_(grads, coef)
         self.optimizer.step()
         return float(norm)
 
