@@ -167,7 +167,9 @@ def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, pr
 
 @pytest.mark.parametrize(("overrides", "says"), [
     (["env=cartpole"], "algo 'sac' needs a Box action space"),
-    (["model=mlp"], "needs a model with actor and Q-critics"),
+    # the preset sets model.critic_hiddens, which the mlp model does not have
+    (["model=mlp", "~model.critic_hiddens"], "needs a model with actor and Q-critics"),
+    (["model=mlp"], "model.critic_hiddens: unknown key"),
     (["model.action_dist=diag_gaussian"], "model.action_dist: algo 'sac' needs squashed_gaussian"),
     (["algo.tau=1.5"], "algo.tau: 1.5"),
     (["model.num_critics=0"], "model.num_critics: 0"),
