@@ -119,8 +119,8 @@ def test_filter_state_is_identical_on_every_ray_worker_after_a_sync_and_lstm_ppo
                           "tracking=none"])
         for _ in range(3):
             r = t.train()
-        # >= 20: 20 epochs, and a batch a few rows over 256 adds a tiny minibatch per epoch
-        assert r["train/num_sgd_steps"] >= 20 and np.isfinite(r["train/loss/total"]), r
+        # 10 epochs of at least 4 minibatches: 1024-row batches in sequences of 256 rows
+        assert r["train/num_sgd_steps"] >= 40 and np.isfinite(r["train/loss/total"]), r
         learner = t.policy.obs_filter.rs
         states = ray.get([w.get_filters.remote() for w in t.workers._remote.values()])
         for s in states:
