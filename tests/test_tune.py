@@ -54,9 +54,11 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
-    # 8 iterations of 1024 steps, a perturbation every 2048 env steps: three exploit/explore rounds over 4 trials
+    # 8 iterations of 1024 steps, a perturbation check at every iteration: seven exploit/explore rounds over 4
+    # trials. Tune's asynchronous PBT skips an exploit while the chosen top trial has no checkpoint saved at a
+    # check of its own: with three rounds (every 2048 steps) no exploit happened in one fresh-clone run of 2026-11-27
     p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
-                            "stop.timesteps_total=8192", "tune.perturbation_interval=2048", "progress=false"], tmp_path)
+                            "stop.timesteps_total=8192", "tune.perturbation_interval=1024", "progress=false"], tmp_path)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     assert p.stdout.count("rlrun: trial ") == 4 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
     # the private Ray instance (its temp dir rlrun-ray-<pid>-*: rlrun/sources/ray_instance.py), the trials'
@@ -80,7 +82,8 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
         assert marks and all(any(s < m.step for s in steps) for m in marks), (marks, steps)
         for key in ("algo.lr", "loss.clip_param", "seed"):  # the values it trained with over time
             values = [m.value for m in client.get_metric_history(r.info.run_id, f"hparams/{key}")]
-            assert len(values) >= 8
+            # one a training iteration; a trial that took a checkpoint further on trains fewer of its own
+            assert len(values) >= 2, values
             changed |= len(set(values)) > 1
     assert changed, "an exploiting trial's values never changed"
     for r in runs:  # Tune's checkpoints are rlrun checkpoints, also in the trial's MLflow run, with the final one
