@@ -10,7 +10,15 @@ from torch import nn
 
 from rlrun.algos.a2c import A2CLossConfig, a2c_loss
 from rlrun.algos.algorithm import make_policy
-from rlrun.algos.dqn import DQNConfig, DQNLossConfig, DQNState, dqn_td_loss
+from rlrun.algos.dqn import (
+    TARGET_CHUNK,
+    TARGET_Q_NEXT,
+    DQNConfig,
+    DQNLossConfig,
+    DQNState,
+    dqn_td_loss,
+    replay_minibatches,
+)
 from rlrun.algos.pg import PGLossConfig, pg_loss
 from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss
 from rlrun.data.batch import SampleBatch as SB
@@ -118,6 +126,25 @@ def test_dqn_td_target_double_q_and_huber():
     assert out.terms["td"].item() == pytest.approx(abs(6.0 - 1.0) - 0.5)  # Huber: linear beyond delta
     batch[SB.NSTEP_DISCOUNT] = torch.tensor([0.0])  # terminated: no bootstrap
     assert dqn_td_loss(policy, q_online, Categorical, batch).stats["target_mean"].item() == pytest.approx(1.0)
+
+
+def test_dqn_minibatches_carry_the_target_nets_q_values_of_their_own_rows_across_chunks():
+    """dqn_learn's minibatches come with the target net's Q(s') computed in pieces of TARGET_CHUNK
+    rows: each minibatch's values are the ones the target net gives its own next observations."""
+    policy = make_policy("dqn", gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
+    state = policy.state_as(DQNState)
+    rng = np.random.default_rng(0)
+    n = 3 * TARGET_CHUNK
+    state.replay.add(SB({SB.OBS: rng.standard_normal((n, 4)).astype(np.float32), SB.ACTIONS: rng.integers(0, 2, n),
+                         SB.NSTEP_NEXT_OBS: rng.standard_normal((n, 4)).astype(np.float32),
+                         SB.NSTEP_REWARDS: np.ones(n, np.float32), SB.NSTEP_DISCOUNT: np.ones(n, np.float32)}))
+    minibatches = list(replay_minibatches(state, 96, 24))  # 2,304 rows: three pieces, the last one partial
+    assert len(minibatches) == 24
+    for mb in minibatches:
+        with torch.no_grad():
+            expected = state.target_model(mb[SB.NSTEP_NEXT_OBS]).dist_inputs
+        assert mb[TARGET_Q_NEXT].shape == (96, 2)
+        torch.testing.assert_close(mb[TARGET_Q_NEXT], expected)
 
 
 def test_nstep_matches_hand_computed():

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -66,6 +68,17 @@ def uniform_us(size: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def cpu_model() -> str:
+    """The processor's name (the cost depends on it: a 1M-row tree does or does not fit the caches)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
@@ -87,7 +100,8 @@ def main() -> None:
         w.writerows(rows)
     lines = [f"# Prioritized replay: sample + update of 128 rows, {time.strftime('%Y-%m-%d')}", "",
              f"`python experiments/prioritized_replay/bench.py --repeats {args.repeats}` (median of "
-             f"{args.repeats} blocks of 1,000 calls; one process, numpy).", "",
+             f"{args.repeats} blocks of 1,000 calls; one process, numpy). Processor: {cpu_model()}, "
+             f"{os.cpu_count()} cores.", "",
              "| buffer rows | 16-ary tree (rlrun), us | binary tree, us | binary / 16-ary | uniform replay's "
              "sample alone, us |", "| --- | --- | --- | --- | --- |"]
     for size in SIZES:

@@ -224,6 +224,7 @@ def dqn_td_loss(
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
 TARGET_Q_NEXT = "target_q_next"  # the target net's Q-values of NSTEP_NEXT_OBS (dqn_learn's minibatches)
+TARGET_CHUNK = 1024  # rows per piece of that forward pass (see replay_minibatches)
 
 
 def replay_minibatches(state: DQNState, size: int, steps: int) -> Iterator[TorchBatch]:
@@ -232,12 +233,18 @@ def replay_minibatches(state: DQNState, size: int, steps: int) -> Iterator[Torch
     losses are the ones per-minibatch draws gave (same rows, same values); the learner step is only
     ~3% faster on ``dqn_cartpole``, whose 256x256 net makes each SGD step compute-bound (~3 ms).
     What did pay: the loss's double-Q pass over s' runs outside autograd, so backward covers the
-    minibatch's own rows only (one iteration's 64 steps: 183 -> 155 ms, 3 interleaved pairs)."""
+    minibatch's own rows only (one iteration's 64 steps: 183 -> 155 ms, 3 interleaved pairs). The
+    target pass goes in pieces of TARGET_CHUNK rows, whose 256-wide activations (1 MB) stay in a core's
+    L2 cache: 8,192 rows in one pass cost 265 us per 128 rows here, in pieces of 1,024 166 us; the
+    learner's updates/s rose 1.09x (median of 6 interleaved pairs, experiments/dqn_learner). The
+    Q-values are the same to the bit (rows are independent)."""
     rows = state.replay.sample(size * steps)
     tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in rows.items()}
     if getattr(state.target_model, "num_atoms", 1) == 1:  # a distributional loss needs the atoms instead
         with torch.no_grad():
-            tb[TARGET_Q_NEXT] = state.target_model(tb[SB.NSTEP_NEXT_OBS]).dist_inputs
+            nxt = tb[SB.NSTEP_NEXT_OBS]
+            tb[TARGET_Q_NEXT] = torch.cat([state.target_model(nxt[i : i + TARGET_CHUNK]).dist_inputs
+                                           for i in range(0, len(nxt), TARGET_CHUNK)])
     for i in range(steps):
         yield {k: v[i * size : (i + 1) * size] for k, v in tb.items()}
 
