@@ -203,6 +203,8 @@ CASES: dict[str, Case] = {
     "seed 23 digits": c(PPO, "seed=12345678901234567890123", expect="seed: 12345678901234567890123"),
     "seed text": c(PPO, "seed=abc", expect=["seed", "'abc'"]),
     "torch_threads zero": c(PPO, "torch_threads=0", expect="torch_threads: 0 must be at least 1"),
+    "matmul precision typo": c(PPO, "torch_matmul_precision=mediun",
+                               expect=["torch_matmul_precision: unknown 'mediun'", "did you mean 'medium'"]),
     "keep_last zero": c(PPO, "checkpoint.keep_last=0", expect="checkpoint.keep_last: 0 must be at least 1"),
     "every_n negative": c(PPO, "checkpoint.every_n_iters=-1", expect="checkpoint.every_n_iters: -1"),
     "eval interval negative": c(PPO, "evaluation.interval=-1", expect="evaluation.interval: -1"),

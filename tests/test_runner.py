@@ -20,6 +20,24 @@ def test_stop_reason_any_criterion_and_nan_never_meets():
     assert "rollout/episode_return_mean" in stop_reason(stop, {"timesteps_total": 1, "rollout/episode_return_mean": 11})
 
 
+def test_matmul_precision_is_set_per_run_and_never_carries_over(tmp_path):
+    import torch
+
+    from rlrun import make_trainer
+
+    base = ["+experiment=ppo_cartpole", "tracking=none", f"output_dir={tmp_path / 'out'}"]
+    try:
+        make_trainer([*base, "torch_matmul_precision=medium"], tmp_path)
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert torch.backends.mkldnn.conv.fp32_precision == "bf16"  # convolutions follow it
+        make_trainer(base, tmp_path)  # the default: float32 matmuls and convolutions in float32 again
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert torch.backends.mkldnn.conv.fp32_precision == "none"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.mkldnn.conv.fp32_precision = "none"
+
+
 @pytest.mark.slow
 def test_ctrl_c_writes_a_final_checkpoint_and_marks_the_run_killed(tmp_path):
     import os
@@ -122,6 +140,7 @@ def test_the_last_lines_say_where_the_results_are_and_the_mlflow_run_is_named_an
     run = client.get_run(s["run_id"])
     assert run.info.run_name == s["run_name"] and re.fullmatch(r"ppo_cartpole-s4-[0-9a-f]{4}", s["run_name"])
     assert not {"output_dir", "progress", "torch_threads"} & set(run.data.params)
+    assert run.data.params["torch_matmul_precision"] == "highest"  # it changes the numbers: a param, not a tag
     assert "train/loss/kl" not in run.data.metrics and "train/loss/policy" in run.data.metrics  # no flat-zero charts
     assert run.data.tags["rlrun.output_dir"] == s["output"]
     # the checkpoint is on disk once: MLflow's local artifact store holds hard links to the run dir's files

@@ -172,6 +172,9 @@ class RunConfig:
     callbacks: list[str] = field(default_factory=list)  # registered Callbacks (sources/callbacks.py), in order
     output_dir: str | None = None  # None: Hydra's run dir (cli) or a temp dir
     torch_threads: int = 1  # intra-op threads; small MLPs are fastest single-threaded
+    # torch.set_float32_matmul_precision: "highest" computes float32 matmuls and convolutions in float32;
+    # "medium" lets both run in bfloat16 where the CPU has it (AMX, AVX512-BF16); "high": matmuls only
+    torch_matmul_precision: str = "highest"
     # rollout/episode_* are over this many of the latest completed episodes (RLlib's key)
     metrics_num_episodes_for_smoothing: int = 100
     progress: bool = True  # live console progress line
