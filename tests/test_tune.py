@@ -96,6 +96,32 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
 
 
 @pytest.mark.ray
+def test_asha_from_yaml_stops_trials_behind_at_a_rung_and_records_why(tmp_path):
+    # one trial at a time over a grid of the preset's lr and a frozen one (1e-9), twice each, all on seed 0. ASHA keeps
+    # a trial at a rung only if it beats the median of the trials that reached it before: whatever the order, a
+    # frozen trial that comes after a learning one stops at the 4,096-step rung, and a learning one (the same curve
+    # each time) never falls behind, so it trains to max_t
+    p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=asha",
+                            "tune.num_samples=2", "tune.max_concurrent_trials=1", "tune.max_t=8192",
+                            "tune.grace_period=4096", "~tune.param_space.algo.lr",
+                            "+tune.param_space.algo.lr={grid: [4.1e-3, 1.0e-9]}",
+                            "tune.param_space.seed=0", "progress=false"], tmp_path)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert "rlrun: 4 trials (asha)" in p.stdout and p.stdout.count("rlrun: trial ") == 4, p.stdout[-3000:]
+    assert "(stopped by asha)" in p.stdout, p.stdout[-3000:]
+    assert not _left_running(f"rlrun-ray-{pid}-", str(tmp_path)), "left running after rlrun exited"
+    runs = _runs(_client(tmp_path), "ppo_cartpole")
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]
+    ended = {(float(r.data.params["algo.lr"]), r.data.metrics["timesteps_total"], r.data.tags["rlrun.stop_reason"])
+             for r in runs}
+    learning = [e for e in ended if e[0] > 1e-6]
+    assert learning and all(steps >= 8192 for _, steps, _ in learning), ended
+    frozen = [e for e in ended if e[0] < 1e-6]  # an iteration is whole episodes: the rung is passed at ~4,100 steps
+    assert any(4096 <= steps < 8192 and why == f"stopped by the Tune scheduler at timesteps_total = {steps:g}"
+               for _, steps, why in frozen), ended
+
+
+@pytest.mark.ray
 def test_ctrl_c_ends_the_population_marks_its_trials_killed_and_leaves_nothing_running(tmp_path):
     import signal
     import time
@@ -212,6 +238,9 @@ def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_pat
     (["+tune.param_space.algo.gamma={uniform: [0.999, 0.9]}"],
      "tune.param_space.algo.gamma: uniform needs [lo, hi] with lo < hi"),
     (["tune.hyperparam_mutations.algo.lr=3"], "tune.hyperparam_mutations.algo.lr: expected a list of values"),
+    (["tune.scheduler=asha", "+tune.grace_period=0"], "tune: ASHA needs 0 < grace_period <= max_t"),
+    (["+tune.hyperparam_mutations.algo.gamma={grid: [0.9, 0.99]}"],
+     "tune.hyperparam_mutations.algo.gamma: grid takes a non-empty list of values, and only in tune.param_space"),
     (["-m", "seed=0,1"], "tune: a Tune population runs without -m"),
 ])
 def test_a_bad_tune_section_is_one_line_before_ray_starts(tmp_path, args, line):

@@ -1,12 +1,13 @@
 """``rlrun +experiment=<preset> tune=pbt``: a population of trials with Ray Tune, from YAML.
 
 The composed rlrun config is every trial's base; the ``tune`` section (``rlrun/conf/tune/*.yaml``) says
-how many trials, the scheduler (``pbt``: Tune's ``PopulationBasedTraining``; ``fifo``: none) and which
-rlrun keys it samples (``param_space``) and mutates (``hyperparam_mutations``). Each trial is an
+how many trials, the scheduler (``pbt``: Tune's ``PopulationBasedTraining``; ``asha``: its asynchronous
+successive halving, ``ASHAScheduler``; ``fifo``: none) and which rlrun keys it samples (``param_space``)
+and mutates (``hyperparam_mutations``). Each trial is an
 ``RLrunTrainable`` (rlrun/app/tune_trainable.py) in its own MLflow run of the preset's experiment,
 stopped by the preset's ``stop``. Values: a list is a choice (for PBT's mutations: the values it
-steps between), ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}``, ``{randint: [lo, hi]}``, or a
-plain value.
+steps between), ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}``, ``{randint: [lo, hi]}``,
+``{grid: [a, b, ...]}`` (every value, ``num_samples`` times each: Tune's ``grid_search``), or a plain value.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class TuneSection:
     burn_in_period: float = 0
     quantile_fraction: float = 0.25
     resample_probability: float = 0.25
+    max_t: float = 100_000  # asha: no trial trains past this many time_attr units
+    grace_period: float = 10_000  # asha: every trial trains at least this long before it can be stopped
+    reduction_factor: float = 2  # asha: at each rung the top 1/reduction_factor of the trials go on
     hyperparam_mutations: dict[str, Any] = dataclasses.field(default_factory=dict)
     param_space: dict[str, Any] = dataclasses.field(default_factory=dict)
     cpus_per_trial: float | None = None  # null: the CPUs shared so that every trial runs at once (at most 1)
@@ -46,8 +50,8 @@ class TuneSection:
     name: str | None = None  # the Tune experiment (null: the rlrun experiment's name)
 
 
-SCHEDULERS = ("pbt", "fifo")
-DISTRIBUTIONS = ("uniform", "loguniform", "randint")
+SCHEDULERS = ("pbt", "asha", "fifo")
+DISTRIBUTIONS = ("uniform", "loguniform", "randint", "grid")
 
 
 def parse_section(raw: Mapping[str, Any]) -> TuneSection:
@@ -73,10 +77,15 @@ def parse_section(raw: Mapping[str, Any]) -> TuneSection:
         raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, 64], got {section.cpus_per_trial!r}")
     if section.mode not in ("max", "min"):
         raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
-    for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability"):
+    for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability", "max_t",
+                "grace_period", "reduction_factor"):
         value = getattr(section, key)
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 or not math.isfinite(value):
             raise ConfigError(f"tune.{key}: expected a number >= 0, got {value!r}")
+    if section.scheduler == "asha" and not (0 < section.grace_period <= section.max_t and section.reduction_factor > 1):
+        raise ConfigError(f"tune: ASHA needs 0 < grace_period <= max_t and reduction_factor > 1, got "
+                          f"grace_period={section.grace_period:g}, max_t={section.max_t:g}, "
+                          f"reduction_factor={section.reduction_factor:g}")
     if section.scheduler == "pbt" and not section.hyperparam_mutations:
         raise ConfigError("tune.hyperparam_mutations: PBT needs at least one rlrun key to mutate, "
                           "e.g. {algo.lr: [1.0e-4, 3.0e-4, 1.0e-3]}")
@@ -119,6 +128,11 @@ def _value(spec: Any, where: str, mutation: bool = False) -> Any:
             raise ConfigError(f"{where}: expected a list of values or one of {{{', '.join(DISTRIBUTIONS)}: [lo, hi]}}, "
                               f"got {dict(spec)!r}")
         kind, bounds = next(iter(spec.items()))
+        if kind == "grid":
+            if mutation or not (isinstance(bounds, list) and bounds):
+                raise ConfigError(f"{where}: grid takes a non-empty list of values, and only in tune.param_space; "
+                                  f"got {bounds!r}")
+            return tune.grid_search(list(bounds))
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int | float) for b in bounds)
                 and bounds[0] < bounds[1] and (kind != "loguniform" or bounds[0] > 0)):
             extra = " and lo > 0" if kind == "loguniform" else ""
@@ -165,16 +179,28 @@ def _trial_base(cfg: RunConfig, unresolved: Any, section: TuneSection, launch: P
     return base
 
 
-def _scheduler(section: TuneSection) -> Any:
+def _scheduler(section: TuneSection) -> tuple[Any, dict[str, float]]:
+    """Tune's scheduler for the section (None: fifo), and the record of the trials it stopped (ASHA's)."""
+    if section.scheduler == "asha":
+        return _asha(section)
     if section.scheduler != "pbt":
-        return None
+        return None, {}
     from ray.tune.schedulers import PopulationBasedTraining
 
     mutations = {k: _value(v, f"tune.hyperparam_mutations.{k}", True) for k, v in section.hyperparam_mutations.items()}
     return PopulationBasedTraining(
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
-        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability)
+        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability), {}
+
+
+def _asha(section: TuneSection) -> tuple[Any, dict[str, float]]:
+    """Tune's ASHA, and the record of the trials it stops (rlrun/app/tune_asha.py)."""
+    from rlrun.app.tune_asha import STOPPED, RecordingASHA
+
+    STOPPED.clear()
+    return RecordingASHA(time_attr=section.time_attr, max_t=int(section.max_t), grace_period=int(section.grace_period),
+                         reduction_factor=section.reduction_factor, brackets=1), STOPPED
 
 
 def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], launch: Path,
@@ -184,7 +210,7 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     status (1 if a trial failed)."""
     section = parse_section(raw_section)
     base = _trial_base(cfg, unresolved, section, launch)
-    scheduler = _scheduler(section)
+    scheduler, stopped = _scheduler(section)
     space: dict[str, Any] = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
     name = section.name or cfg.experiment or cfg.algo.name
     storage = Path(section.storage_path or Path(output_dir or launch) / "tune").resolve()
@@ -204,7 +230,8 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
         metric_columns={section.metric: section.metric.rsplit("/", 1)[-1], "timesteps_total": "env steps",
                         "training_iteration": "iter"}, max_report_frequency=30)
     try:
-        print(f"rlrun: {section.num_samples} trials ({section.scheduler}) of {name}; MLflow experiment "
+        grid = math.prod(len(v["grid"]) for v in section.param_space.values() if isinstance(v, Mapping) and "grid" in v)
+        print(f"rlrun: {section.num_samples * grid} trials ({section.scheduler}) of {name}; MLflow experiment "
               f"'{cfg.tracking.experiment_name or cfg.experiment or 'Default'}' at {base['tracking']['tracking_uri']}; "
               f"Tune's files in "
               f"{storage / name}", flush=True)
@@ -222,11 +249,12 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     finally:
         if started:
             shutdown_ray()
-    code = _report(results, section)
-    return 130 if _mark_interrupted(results, base["tracking"]["tracking_uri"], storage / name) else code
+    code = _report(results, section, stopped)
+    cut = _mark_interrupted(results, base["tracking"]["tracking_uri"], storage / name, stopped, section.time_attr)
+    return 130 if cut else code
 
 
-def _report(results: Any, section: TuneSection) -> int:
+def _report(results: Any, section: TuneSection, stopped: Mapping[str, float]) -> int:
     failed = 0
     for r in results:
         m = r.metrics or {}
@@ -236,8 +264,9 @@ def _report(results: Any, section: TuneSection) -> int:
             failed += 1
             print(f"rlrun: trial {trial}: failed: {str(r.error).splitlines()[-1][:300]}", flush=True)
         else:
+            by = f" (stopped by {section.scheduler})" if str(trial) in stopped and not m.get("stop_reason") else ""
             print(f"rlrun: trial {trial}: {section.metric} = {value:g} after {int(m.get('timesteps_total', 0)):,} "
-                  f"env steps, {m.get('training_iteration', 0)} iterations", flush=True)
+                  f"env steps, {m.get('training_iteration', 0)} iterations{by}", flush=True)
     try:
         best = results.get_best_result()
         print(f"rlrun: best trial {best.metrics.get('trial_id')}: {section.metric} = "
@@ -247,14 +276,16 @@ def _report(results: Any, section: TuneSection) -> int:
     return 1 if failed else 0
 
 
-def _mark_interrupted(results: Any, tracking_uri: str, where: Path) -> bool:
+def _mark_interrupted(results: Any, tracking_uri: str, where: Path, stopped: Mapping[str, float],
+                      time_attr: str) -> bool:
     """Each trial's MLflow run in the state the trial ended in: after Ctrl-C (Tune stops the trials and saves
     its state) the trials that had not ended are marked KILLED (their last checkpoints are Tune's); a trial
-    that met its stop is FINISHED (an actor of it that Tune killed at the end may have left its run open).
-    True if any trial was cut short."""
-    # a trial ends on its own stop (its last result is `done`) or an error; any other was cut short
-    done = {str((r.metrics or {}).get("trial_id")): bool((r.metrics or {}).get("done")) for r in results
-            if r.error is None}
+    that met its stop, or that the scheduler stopped (``stopped``: ASHA's, with when), is FINISHED (an actor
+    of it that Tune killed at the end may have left its run open). True if any trial was cut short."""
+    # a trial ends on its own stop or the scheduler's (its last result is `done`), or an error; any other was cut short
+    last = {str((r.metrics or {}).get("trial_id")): r.metrics or {} for r in results if r.error is None}
+    own = {trial: bool(m.get("stop_reason")) for trial, m in last.items()}  # its own stop ended it
+    done = {trial: bool(m.get("done")) or trial in stopped for trial, m in last.items()}
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri)
@@ -264,7 +295,11 @@ def _mark_interrupted(results: Any, tracking_uri: str, where: Path) -> bool:
             if not ended:
                 client.set_tag(run.info.run_id, "rlrun.stop_reason", "interrupted (Ctrl-C): Tune saved its state")
                 client.set_terminated(run.info.run_id, "KILLED")
-            elif run.info.status == "RUNNING":
+                continue
+            if trial in stopped and not own[trial]:  # the scheduler ended it, not its own stop
+                client.set_tag(run.info.run_id, "rlrun.stop_reason",
+                               f"stopped by the Tune scheduler at {time_attr} = {stopped[trial]:g}")
+            if run.info.status == "RUNNING":
                 client.set_terminated(run.info.run_id, "FINISHED")
     cut = [trial for trial, ended in done.items() if not ended]
     if not cut:

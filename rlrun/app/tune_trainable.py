@@ -170,7 +170,7 @@ class RLrunTrainable(tune.Trainable):
         if met:  # the trial's end: its record complete now (final checkpoint, model, curve, run ended), not
             # when Tune stops or caches the actor (at the end of a population Tune kills actors after 10 s)
             ctx.reason = met
-            result["done"] = True
+            result["done"], result["stop_reason"] = True, met  # its own stop, not the scheduler's
             self._finish(final_checkpoint=True)
         return result
 
