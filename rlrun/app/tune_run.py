@@ -179,28 +179,28 @@ def _trial_base(cfg: RunConfig, unresolved: Any, section: TuneSection, launch: P
     return base
 
 
-def _scheduler(section: TuneSection) -> tuple[Any, dict[str, float]]:
-    """Tune's scheduler for the section (None: fifo), and the record of the trials it stopped (ASHA's)."""
+def _scheduler(section: TuneSection) -> Any:
+    """Tune's scheduler for the section (None: fifo)."""
     if section.scheduler == "asha":
-        return _asha(section)
+        from ray.tune.schedulers import ASHAScheduler
+
+        return ASHAScheduler(time_attr=section.time_attr, max_t=int(section.max_t),
+                             grace_period=int(section.grace_period), reduction_factor=section.reduction_factor)
     if section.scheduler != "pbt":
-        return None, {}
+        return None
     from ray.tune.schedulers import PopulationBasedTraining
 
     mutations = {k: _value(v, f"tune.hyperparam_mutations.{k}", True) for k, v in section.hyperparam_mutations.items()}
     return PopulationBasedTraining(
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
-        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability), {}
+        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability)
 
 
-def _asha(section: TuneSection) -> tuple[Any, dict[str, float]]:
-    """Tune's ASHA, and the record of the trials it stops (rlrun/app/tune_asha.py)."""
-    from rlrun.app.tune_asha import STOPPED, RecordingASHA
-
-    STOPPED.clear()
-    return RecordingASHA(time_attr=section.time_attr, max_t=int(section.max_t), grace_period=int(section.grace_period),
-                         reduction_factor=section.reduction_factor, brackets=1), STOPPED
+def _stopped_by_scheduler(metrics: Mapping[str, Any]) -> bool:
+    """A trial's last result says it ended (Tune marks it ``done`` when the scheduler stops it, too) but not
+    by its own ``stop`` (the trainable's ``stop_reason``)."""
+    return bool(metrics.get("done")) and not metrics.get("stop_reason")
 
 
 def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], launch: Path,
@@ -210,7 +210,7 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     status (1 if a trial failed)."""
     section = parse_section(raw_section)
     base = _trial_base(cfg, unresolved, section, launch)
-    scheduler, stopped = _scheduler(section)
+    scheduler = _scheduler(section)
     space: dict[str, Any] = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
     name = section.name or cfg.experiment or cfg.algo.name
     storage = Path(section.storage_path or Path(output_dir or launch) / "tune").resolve()
@@ -249,12 +249,12 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     finally:
         if started:
             shutdown_ray()
-    code = _report(results, section, stopped)
-    cut = _mark_interrupted(results, base["tracking"]["tracking_uri"], storage / name, stopped, section.time_attr)
+    code = _report(results, section)
+    cut = _mark_interrupted(results, base["tracking"]["tracking_uri"], storage / name, section.time_attr)
     return 130 if cut else code
 
 
-def _report(results: Any, section: TuneSection, stopped: Mapping[str, float]) -> int:
+def _report(results: Any, section: TuneSection) -> int:
     failed = 0
     for r in results:
         m = r.metrics or {}
@@ -264,7 +264,7 @@ def _report(results: Any, section: TuneSection, stopped: Mapping[str, float]) ->
             failed += 1
             print(f"rlrun: trial {trial}: failed: {str(r.error).splitlines()[-1][:300]}", flush=True)
         else:
-            by = f" (stopped by {section.scheduler})" if str(trial) in stopped and not m.get("stop_reason") else ""
+            by = f" (stopped by {section.scheduler})" if _stopped_by_scheduler(m) else ""
             print(f"rlrun: trial {trial}: {section.metric} = {value:g} after {int(m.get('timesteps_total', 0)):,} "
                   f"env steps, {m.get('training_iteration', 0)} iterations{by}", flush=True)
     try:
@@ -276,16 +276,14 @@ def _report(results: Any, section: TuneSection, stopped: Mapping[str, float]) ->
     return 1 if failed else 0
 
 
-def _mark_interrupted(results: Any, tracking_uri: str, where: Path, stopped: Mapping[str, float],
-                      time_attr: str) -> bool:
+def _mark_interrupted(results: Any, tracking_uri: str, where: Path, time_attr: str) -> bool:
     """Each trial's MLflow run in the state the trial ended in: after Ctrl-C (Tune stops the trials and saves
     its state) the trials that had not ended are marked KILLED (their last checkpoints are Tune's); a trial
-    that met its stop, or that the scheduler stopped (``stopped``: ASHA's, with when), is FINISHED (an actor
+    that met its stop, or that the scheduler stopped (ASHA: ``rlrun.stop_reason`` says when), is FINISHED (an actor
     of it that Tune killed at the end may have left its run open). True if any trial was cut short."""
     # a trial ends on its own stop or the scheduler's (its last result is `done`), or an error; any other was cut short
     last = {str((r.metrics or {}).get("trial_id")): r.metrics or {} for r in results if r.error is None}
-    own = {trial: bool(m.get("stop_reason")) for trial, m in last.items()}  # its own stop ended it
-    done = {trial: bool(m.get("done")) or trial in stopped for trial, m in last.items()}
+    done = {trial: bool(m.get("done")) for trial, m in last.items()}
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri)
@@ -296,9 +294,9 @@ def _mark_interrupted(results: Any, tracking_uri: str, where: Path, stopped: Map
                 client.set_tag(run.info.run_id, "rlrun.stop_reason", "interrupted (Ctrl-C): Tune saved its state")
                 client.set_terminated(run.info.run_id, "KILLED")
                 continue
-            if trial in stopped and not own[trial]:  # the scheduler ended it, not its own stop
+            if _stopped_by_scheduler(last[trial]):
                 client.set_tag(run.info.run_id, "rlrun.stop_reason",
-                               f"stopped by the Tune scheduler at {time_attr} = {stopped[trial]:g}")
+                               f"stopped by the Tune scheduler at {time_attr} = {last[trial].get(time_attr, 0):g}")
             if run.info.status == "RUNNING":
                 client.set_terminated(run.info.run_id, "FINISHED")
     cut = [trial for trial, ended in done.items() if not ended]
