@@ -135,6 +135,7 @@ def main() -> None:
         if args.one_by_one:
             t = time.perf_counter()
             got["rlrun"] = rlrun_curve(run_rlrun(args.algo, seed, args.steps, args.threads), t)
+            keep(args, "rlrun", seed, got["rlrun"])
             t = time.perf_counter()
             got["sb3"] = sb3_curve(run_sb3(args.algo, seed, args.steps, args.threads), t)
         else:
