@@ -24,6 +24,12 @@ SUITE_TMP_EXPECTED = {"inductor"}  # torch's compile cache: the suite's own, rem
 
 
 def pytest_configure(config):
+    # pytest 9.2 computes an item's nodeid from a field pytest-xdist 3.8 (the newest) does not set: the
+    # groups below would not reach xdist and a module's tests, the README blocks that build on each other's
+    # files among them, would be spread over both workers and fail one by one. Say so at once instead.
+    if config.getoption("dist", "no") == "loadgroup" and tuple(map(int, pytest.__version__.split(".")[:2])) >= (9, 2):
+        raise pytest.UsageError(f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (pyproject.toml "
+                                "uses it); install the pytest that the [test] extra bounds: pip install -e \".[test]\"")
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
     # the machine's temp dir, also for pytest-xdist's workers (they inherit the TMPDIR set below): each
     # process of the suite gets a dir of its own beside the others', not inside its parent's
