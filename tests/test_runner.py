@@ -2,6 +2,7 @@ import itertools
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,29 @@ def test_stop_reason_any_criterion_and_nan_never_meets():
     assert stop_reason(stop, {"timesteps_total": 50, "rollout/episode_return_mean": float("nan")}) is None
     assert stop_reason(stop, {"timesteps_total": 100}) == "timesteps_total = 100 >= 100"
     assert "rollout/episode_return_mean" in stop_reason(stop, {"timesteps_total": 1, "rollout/episode_return_mean": 11})
+
+
+DENORMALS_AFTER = """
+import sys, numpy as np, torch
+if sys.argv[1] == "run":
+    from rlrun.app.cli import exit_status
+    sys.argv = ["rlrun", "+experiment=ppo_cartpole", "torch_threads=2", "stop.training_iteration=1", "tracking=none",
+                "progress=false", "output_dir=" + sys.argv[2]]
+    assert exit_status() == 0
+torch.set_num_threads(2)
+y = torch.from_numpy(np.full(4_000_000, 1e-39, np.float32)) * 1.0  # split between the two threads
+print(np.count_nonzero(y.numpy()))
+"""
+
+
+@pytest.mark.parametrize("run", [True, False])
+def test_a_run_flushes_denormals_to_zero_in_all_of_torchs_threads(tmp_path, run):
+    """After a run on two torch threads, a denormal float times 1 is 0 in both threads' halves of a
+    4M-row product (its thread pool was started after the flush); without a run it stays a denormal."""
+    p = subprocess.run([sys.executable, "-c", DENORMALS_AFTER, "run" if run else "plain", str(tmp_path / "out")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert int(p.stdout.split()[-1]) == (0 if run else 4_000_000)
 
 
 def test_matmul_precision_is_set_per_run_and_never_carries_over(tmp_path):

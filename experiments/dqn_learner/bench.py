@@ -9,6 +9,10 @@ Settings measured:
 - ``rlrun (SB3's settings)``: rlrun's DQN with the same: double_q false, dueling false, n_step 1.
 - ``rlrun (dqn_cartpole)``: the preset's learner: double Q and dueling heads (3-step targets cost
   nothing in the update).
+- ``..., autograd``: the same with ``hand_gradient=False``: torch's autograd instead of the gradient
+  derived by hand for the built-in q_mlp (rlrun/models/q_mlp_grad.py).
+- ``..., denormals kept``: without ``flush_denormals()`` (which every rlrun run calls first): the
+  learner as it was before 2026-11-28. SB3 keeps denormals (torch's default).
 
 Each figure is one process timing 2,048 updates after 256 of warm-up: rlrun's learn hook as a run
 calls it for ``dqn_cartpole`` (256 env steps stored, then 64 updates, their targets' forward pass in
@@ -38,6 +42,9 @@ UPDATES = 2048
 
 RLRUN = """
 import time, numpy as np, torch, gymnasium as gym
+from rlrun.app.torch_compute import flush_denormals
+if {flush}:
+    flush_denormals()  # as every run does before its threads start
 torch.set_num_threads({threads})
 from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
 from rlrun.core.registry import MODELS
@@ -46,7 +53,7 @@ from rlrun.sources.plugins import load_builtins
 load_builtins()
 m_cfg = MODELS.entry("q_mlp").config_cls(hiddens=[256, 256], dueling={dueling})
 a_cfg = get_algorithm("dqn").config_cls(learning_starts=0, sgd_minibatch_size=128, training_intensity=32.0,
-                                        double_q={double_q}, n_step=1, lr=1e-3, grad_clip=10.0,
+                                        double_q={double_q}, n_step=1, lr=1e-3, grad_clip=10.0, hand_gradient={hand},
                                         target_network_update_freq=10**9)
 p = make_policy("dqn", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
                 model_config=m_cfg, algo_config=a_cfg)
@@ -79,8 +86,12 @@ print({updates} / dt)
 """
 SETTINGS = {
     "sb3": None,
-    "rlrun (SB3's settings)": {"dueling": False, "double_q": False},
-    "rlrun (dqn_cartpole)": {"dueling": True, "double_q": True},
+    "rlrun (SB3's settings)": {"dueling": False, "double_q": False, "hand": True, "flush": True},
+    "rlrun (SB3's settings, autograd)": {"dueling": False, "double_q": False, "hand": False, "flush": True},
+    "rlrun (dqn_cartpole)": {"dueling": True, "double_q": True, "hand": True, "flush": True},
+    "rlrun (dqn_cartpole, autograd)": {"dueling": True, "double_q": True, "hand": False, "flush": True},
+    "rlrun (dqn_cartpole, autograd, denormals kept)": {"dueling": True, "double_q": True, "hand": False,
+                                                       "flush": False},
 }
 
 
@@ -108,8 +119,8 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
     for k, who in enumerate(SETTINGS):
         med = [statistics.median(float(str(r["updates_per_s"])) for r in rows
                                  if r["who"] == who and int(str(r["threads"])) == t) for t in threads]
-        ax.bar([t * 4 + k for t in range(len(threads))], med, label=who)
-    ax.set_xticks([t * 4 + 1 for t in range(len(threads))], [f"{t} torch thread(s)" for t in threads])
+        ax.bar([t * 7 + k for t in range(len(threads))], med, label=who)
+    ax.set_xticks([t * 7 + 2.5 for t in range(len(threads))], [f"{t} torch thread(s)" for t in threads])
     ax.set_ylabel("learner updates/s (median)")
     ax.set_title("DQN, 128-row minibatches, 4-256-256-2 MLP")
     ax.legend(fontsize=8)
@@ -140,13 +151,18 @@ def main() -> None:
              f"`python experiments/dqn_learner/bench.py --repeats {args.repeats} --threads "
              f"{' '.join(map(str, args.threads))}` (128-row minibatches, 4-256-256-2 MLP; median of "
              f"{args.repeats} processes of {UPDATES:,} updates each).", "",
-             "| setting | torch threads | updates/s, median | runs | / SB3 |", "| --- | --- | --- | --- | --- |"]
+             "| setting | torch threads | updates/s, median | runs | / SB3 | / SB3, same repeat (median) |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for threads in args.threads:
         med = {who: statistics.median(r["updates_per_s"] for r in rows if r["who"] == who and r["threads"] == threads)
                for who in SETTINGS}
         for who in SETTINGS:
             runs = " / ".join(f"{r['updates_per_s']:.0f}" for r in rows if r["who"] == who and r["threads"] == threads)
-            lines.append(f"| {who} | {threads} | {med[who]:.0f} | {runs} | {med[who] / med['sb3']:.2f} |")
+            sb3 = {r["repeat"]: r["updates_per_s"] for r in rows if r["who"] == "sb3" and r["threads"] == threads}
+            paired = statistics.median(r["updates_per_s"] / sb3[r["repeat"]] for r in rows
+                                       if r["who"] == who and r["threads"] == threads)
+            ratio = med[who] / med["sb3"]
+            lines.append(f"| {who} | {threads} | {med[who]:.0f} | {runs} | {ratio:.2f} | {paired:.2f} |")
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     plot(rows, out / f"{args.name}.png")
     print("\n".join(lines))

@@ -5,7 +5,8 @@ hook, learner-state factory), a loss function and a ``PolicySpec`` (spaces + typ
 classes are generated at run time. A loss is ``loss_fn(policy, model, dist_class, train_batch) ->
 LossOutput`` where ``train_batch`` maps column names to torch tensors (one minibatch); it reads typed
 settings with ``policy.config_as(PPOConfig)``, ``policy.loss_config_as(...)`` and
-``policy.state_as(KLState)``. The optimizer step lives in one place: ``apply_gradients``.
+``policy.state_as(KLState)``. The optimizer step lives in one place: ``step_gradients`` (after autograd's
+``backward`` in ``apply_gradients``, or after an algorithm's ``hand_gradient`` for a loss and model it knows).
 
 Every worker and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs have one
 policy, ``default_policy``.
@@ -64,6 +65,8 @@ LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], L
 PostprocessFn = Callable[["Policy", SampleBatch, np.ndarray], SampleBatch]
 # (policy, obs [B, ...], explore) -> actions; replaces sampling from the action distribution
 ActionFn = Callable[["Policy", np.ndarray, bool], ActionOutput]
+# a loss's gradient derived by hand for the models it knows: sets each parameter's .grad, returns the loss
+GradientFn = Callable[[TorchBatch], LossOutput]
 C = TypeVar("C")
 
 
@@ -106,6 +109,8 @@ class PolicyHooks(Protocol):
     def make_state(self) -> StateFn: ...
     @property
     def needs_next_obs(self) -> bool: ...
+    @property
+    def hand_gradient(self) -> Callable[[Policy], GradientFn | None] | None: ...
 
 
 @dataclass
@@ -156,6 +161,8 @@ class Policy:
         self.global_timestep = 0  # env steps sampled so far (set by the trainer, sent to workers); drives schedules
         self.num_rows_trained = 0  # minibatch rows through SGD so far (time/learn_throughput)
         self.state: LearnerState = hooks.make_state(self)
+        # the loss's gradient without autograd, where the algorithm has one for this loss and model (else None)
+        self.hand_gradient = hooks.hand_gradient(self) if hooks.hand_gradient is not None else None
         self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
                                                 spec.observation_filter_clip)
         # the built-in MLP + categorical or Gaussian acts in numpy (1.2-2.7x faster at 64 to 1 rows: numpy_actor.py)
@@ -299,8 +306,9 @@ class Policy:
 
     def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
         """One loss evaluation and optimizer step; its stats (``train/loss/*``, ``train/*``), not averaged."""
+        hand = self.hand_gradient if SEQ_ROWS not in mbatch else None
         model = SequenceView(self.model, mbatch) if SEQ_ROWS in mbatch else self.model
-        out = self.loss_fn(self, model, self.dist_class, mbatch)
+        out = hand(mbatch) if hand is not None else self.loss_fn(self, model, self.dist_class, mbatch)
         if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
             got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
                 out.total, torch.Tensor) else f"a {type(out).__name__}"
@@ -308,12 +316,11 @@ class Policy:
                               "LossOutput(total=<scalar tensor>, terms, stats)")
         total = float(out.total.detach())
         if not math.isfinite(total):  # stop before the step: the weights stay as they were
-            raise NonFiniteLossError(
-                f"train/loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
-                f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. A smaller algo.lr or "
-                "an algo.grad_clip usually helps"
-            )
-        stats = {"train/loss/total": total, "train/grad_norm": self.apply_gradients(out.total)}
+            raise NonFiniteLossError(f"train/loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
+                                     f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. "
+                                     "A smaller algo.lr or an algo.grad_clip usually helps")
+        grad_norm = self.step_gradients() if hand is not None else self.apply_gradients(out.total)
+        stats = {"train/loss/total": total, "train/grad_norm": grad_norm}
         stats.update({f"train/loss/{k}": _num(v) for k, v in out.terms.items()})
         stats.update({f"train/{k}": _num(v) for k, v in out.stats.items()})
         self.num_rows_trained += len(next(iter(mbatch.values()))) if mbatch else 0
@@ -323,13 +330,16 @@ class Policy:
         """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
         self.optimizer.zero_grad()
         loss.backward()
+        return self.step_gradients()
+
+    def step_gradients(self) -> float:
+        """Clip the parameters' gradients (``grad_clip``), then step; returns the pre-clip grad norm."""
         grads = [p.grad for p in self._params if p.grad is not None]
         if not grads:
             self.optimizer.step()
             return 0.0
-        # torch.nn.utils.clip_grad_norm_'s arithmetic (the same scale factor, bit for bit), without its
-        # multiply by 1 when nothing is clipped: 215 -> 53 us a step here for SAC's 12 tensors, ~6 % of
-        # a 64-unit SAC update (experiments/continuous_control)
+        # clip_grad_norm_'s arithmetic (the same scale factor, bit for bit) without its multiply by 1 when nothing
+        # is clipped: 215 -> 53 us a step for SAC's 12 tensors, ~6 % of an update (experiments/continuous_control)
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         clip = self.config.grad_clip
         if clip is not None:
@@ -350,14 +360,10 @@ class Policy:
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
         """Weights, optimizer, counters, RNGs and the learner state: tensors and plain data only
         (``weights_only`` safe). ``include_buffers``: also replay buffers (large)."""
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "global_timestep": self.global_timestep,
-            "rng": {"torch": self.generator.get_state(), "numpy": self.np_rng.bit_generator.state},
-            "learner": self.state.get_state(include_buffers),
-            "obs_filter": self.obs_filter.get_state(),
-        }
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "global_timestep": self.global_timestep,
+                "rng": {"torch": self.generator.get_state(), "numpy": self.np_rng.bit_generator.state},
+                "learner": self.state.get_state(include_buffers), "obs_filter": self.obs_filter.get_state()}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

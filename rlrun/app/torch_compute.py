@@ -1,0 +1,32 @@
+"""The torch settings a run makes in the learner's process: threads, float32 matmul precision, and
+denormal floats flushed to zero."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlrun.config.schemas import RunConfig
+
+
+def flush_denormals() -> None:
+    """Flush denormal floats (below 1.2e-38) to zero in this thread and in the torch threads started
+    after it (a new thread inherits its creator's setting; threads already started keep theirs), as
+    TensorFlow does on CPUs by default. Adam's moment estimates of dead ReLU units decay into
+    denormals, which CPUs compute ~100x slower: 40 % of the 256x256 layer's first moments at the end
+    of a ``dqn_cartpole`` run, and Adam's step took 330 us instead of 72 (experiments/dqn_learner)."""
+    torch.set_flush_denormal(True)
+
+
+def set_torch_compute(cfg: RunConfig) -> None:
+    """This process's torch threads and float32 precision, as the run's config says (each run sets them:
+    a precision never carries over from an earlier run in the same process). ``medium`` lets oneDNN run
+    float32 convolutions in bfloat16 too: torch's setting covers matmuls only, and the Nature CNN's conv
+    stack trains 1.37x faster so (fwd + bwd of 256 frames on 2 threads here: 64 -> 47 ms). Denormals
+    are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it."""
+    flush_denormals()
+    torch.set_num_threads(cfg.torch_threads)
+    torch.set_float32_matmul_precision(cfg.torch_matmul_precision)
+    mkldnn: Any = torch.backends.mkldnn  # its per-operation precision settings are not in torch's stubs
+    mkldnn.conv.fp32_precision = "bf16" if cfg.torch_matmul_precision == "medium" else "none"
