@@ -143,11 +143,15 @@ def test_ctrl_c_ends_the_population_marks_its_trials_killed_and_leaves_nothing_r
     finally:
         proc.kill()
     assert proc.returncode == 130, (out[-2000:], err[-2000:])
-    assert "rlrun: interrupted: 4 trials had not ended (MLflow runs marked KILLED)" in err, err[-2000:]
     assert not _left_running(f"rlrun-ray-{proc.pid}-", str(tmp_path))
     runs = _runs(_client(tmp_path), "ppo_cartpole")
-    assert [r.info.status for r in runs] == ["KILLED"] * 4
-    assert all(r.data.tags["rlrun.stop_reason"].startswith("interrupted") for r in runs)
+    # a trial can meet the preset's stop (475) in the seconds before Ctrl-C arrives: it ends FINISHED on its own
+    status = [(r.info.status, r.data.tags.get("rlrun.stop_reason", "")) for r in runs]
+    killed = [why for st, why in status if st == "KILLED"]
+    assert len(runs) == 4 and len(killed) >= 2, (status, out[-2000:], err[-2000:])
+    assert f"rlrun: interrupted: {len(killed)} trials had not ended (MLflow runs marked KILLED)" in err, err[-2000:]
+    assert all(why.startswith("interrupted") for why in killed), status
+    assert all(st == "FINISHED" and " >= " in why for st, why in status if st != "KILLED"), status  # its stop met
 
 
 def _runs_or_none(client, experiment: str):
