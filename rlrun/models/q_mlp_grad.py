@@ -115,11 +115,11 @@ class QMLPGrad:
 
     def _backward(self, hs: list[torch.Tensor], w: torch.Tensor, dq: torch.Tensor) -> None:
         """Back-propagate ``dq = dLoss/dQ [B, A]`` through the head and the torso into ``.grad``."""
-        dw, db = dq.t().mm(hs[-1]), dq.sum(0)
         if self.v is None:
-            _grad(self.adv.weight).copy_(dw)
-            _grad(self.adv.bias).copy_(db)
+            torch.mm(dq.t(), hs[-1], out=_grad(self.adv.weight))
+            torch.sum(dq, 0, out=_grad(self.adv.bias))
         else:  # the dueling head's two layers from the one linear map's gradient
+            dw, db = dq.t().mm(hs[-1]), dq.sum(0)
             torch.sub(dw, dw.mean(0, keepdim=True), out=_grad(self.adv.weight))
             torch.sub(db, db.mean(), out=_grad(self.adv.bias))
             torch.sum(dw, 0, keepdim=True, out=_grad(self.v.weight))
