@@ -21,6 +21,27 @@ def test_matches_torch_adam(fused):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_parameter_without_a_gradient_keeps_its_own_step_count(fused):
+    """The step counts share one tensor (one add_ when every parameter has a gradient); a parameter
+    left without one in a step is not stepped and its count stays, as in torch.optim.Adam."""
+    torch.manual_seed(0)
+    a = [torch.randn(5, 3, requires_grad=True), torch.randn(3, requires_grad=True)]
+    b = [t.detach().clone().requires_grad_(True) for t in a]
+    ours = Adam(a, lr=1e-2, eps=1e-5)
+    ours._fused = fused
+    ref = torch.optim.Adam(b, lr=1e-2, eps=1e-5)
+    for both in (True, False, True, True):
+        for params, opt in ((a, ours), (b, ref)):
+            opt.zero_grad()
+            loss = params[0].sum() ** 2 + ((params[1] ** 3).sum() if both else 0.0)
+            loss.backward()
+            opt.step()
+    assert [float(s) for s in ours.steps] == [4.0, 3.0]
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
 def test_state_round_trip():
     p = [torch.randn(4, requires_grad=True)]
     opt = Adam(p, lr=0.1)

@@ -40,7 +40,10 @@ class Adam:
         self.lr, self.betas, self.eps = float(lr), betas, float(eps)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+        # every parameter's step count is a view of one tensor: when all of them got a gradient (the usual
+        # case) one add_ advances them all, instead of a _foreach_add_ over 0-dim tensors (3 vs 15 us here)
+        self._all_steps = torch.zeros(len(self.params), dtype=torch.float32)
+        self.steps = list(self._all_steps.unbind())
         self._fused = hasattr(torch, "_fused_adam_")
 
     def zero_grad(self) -> None:
@@ -49,16 +52,20 @@ class Adam:
 
     @torch.no_grad()
     def step(self) -> None:
-        idx = [i for i, p in enumerate(self.params) if p.grad is not None]
-        if not idx:
+        gs = [p.grad for p in self.params if p.grad is not None]
+        if not gs:
             return
-        ps = [self.params[i] for i in idx]
-        gs = [p.grad for p in ps if p.grad is not None]
-        m = [self.exp_avg[i] for i in idx]
-        v = [self.exp_avg_sq[i] for i in idx]
-        st = [self.steps[i] for i in idx]
         b1, b2 = self.betas
-        torch._foreach_add_(st, 1.0)  # the fused kernel reads the step count, it does not advance it
+        if len(gs) == len(self.params):
+            ps, m, v, st = self.params, self.exp_avg, self.exp_avg_sq, self.steps
+            self._all_steps.add_(1.0)  # the fused kernel reads the step count, it does not advance it
+        else:
+            idx = [i for i, p in enumerate(self.params) if p.grad is not None]
+            ps = [self.params[i] for i in idx]
+            m = [self.exp_avg[i] for i in idx]
+            v = [self.exp_avg_sq[i] for i in idx]
+            st = [self.steps[i] for i in idx]
+            torch._foreach_add_(st, 1.0)
         if self._fused:
             torch._fused_adam_(ps, gs, m, v, [], st, lr=self.lr, beta1=b1, beta2=b2, weight_decay=0.0,
                                eps=self.eps, amsgrad=False, maximize=False)
