@@ -34,8 +34,9 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
+from rlrun.models.twin_q_grad import TwinQGrad
 from rlrun.policy.optim import Groups, make_optimizer
-from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
+from rlrun.policy.policy import ActionOutput, GradientFn, LearnerState, LossOutput, Policy, TorchBatch
 
 
 @dataclass
@@ -65,6 +66,7 @@ class SACConfig(OffPolicyConfig):
     initial_alpha: float = 1.0
     alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
     target_entropy: float | None = None  # None: -(action dimensions)
+    hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
 
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
@@ -213,6 +215,28 @@ def sac_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
                        "entropy": -logp.detach().mean()})
 
 
+def sac_hand_gradient(policy: Policy) -> GradientFn | None:
+    """The ``sac`` loss on the built-in ``twin_q_mlp``, its gradient derived by hand
+    (rlrun/models/twin_q_grad.py): the same losses, draws and statistics as ``sac_loss``, no autograd
+    graph. None (autograd) for another loss or model, or with ``algo.hand_gradient: false``."""
+    cfg, st = policy.config_as(SACConfig), policy.state_as(ActorCriticState)
+    if not cfg.hand_gradient or policy.loss_fn is not sac_loss or not TwinQGrad.supports(policy.model, st.target_model):
+        return None
+    grad = TwinQGrad(policy.model, st.target_model)
+    dims = int(np.prod(policy.action_space.shape or (1,)))
+    goal = cfg.target_entropy if cfg.target_entropy is not None else -float(dims)
+
+    def sac_gradient(batch: TorchBatch) -> LossOutput:
+        alpha = alpha_of(policy, st)
+        s = grad.gradient(batch, REPLAY_COLUMNS, alpha, st.log_alpha if cfg.alpha is None else None, goal,
+                          policy.generator)
+        terms = {"critic": s.critic, "actor": s.actor, "alpha": s.alpha_loss}
+        return LossOutput(s.critic + s.actor + s.alpha_loss, terms,
+                          {"alpha": alpha, "q_mean": s.q_mean, "target_mean": s.target_mean, "entropy": s.entropy})
+
+    return sac_gradient
+
+
 def polyak(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
     with torch.no_grad():
         torch._foreach_lerp_(target, online, tau)
@@ -266,6 +290,7 @@ OFF_POLICY_COLUMNS = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NST
 SAC = register_algorithm(Algorithm(
     "sac", SACConfig, default_loss="sac", postprocess=off_policy_postprocess, compute_actions=sac_actions,
     make_state=sac_state, learn=actor_critic_learn(sac_after_update), needs_next_obs=True,
+    hand_gradient=sac_hand_gradient,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",
     action_spaces=(gym.spaces.Box,), action_dists=("squashed_gaussian",), check_model=actor_critic_problem,
