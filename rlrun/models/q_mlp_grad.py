@@ -21,7 +21,7 @@ from torch import nn
 
 from rlrun.models.q_networks import QMLPModel
 
-_ACTS = (torch.relu, torch.tanh)  # the activations whose backward is written out below
+HAND_ACTIVATIONS = (torch.relu, torch.tanh)  # the activations whose backward act_backward writes out
 
 
 class TDStep(NamedTuple):
@@ -49,7 +49,7 @@ class QMLPGrad:
         """The built-in ``q_mlp`` exactly (not a subclass), with ReLU or tanh, plain linear heads
         giving Q-values (not C51's atoms, not noisy), float32 parameters that all train (``trains``;
         a target net's do not)."""
-        if type(model) is not QMLPModel or model._act not in _ACTS or model.num_atoms != 1:
+        if type(model) is not QMLPModel or model._act not in HAND_ACTIVATIONS or model.num_atoms != 1:
             return False
         heads_linear = type(model.adv_head) is nn.Linear and (model.v_head is None or type(model.v_head) is nn.Linear)
         params = list(model.parameters())
@@ -116,28 +116,34 @@ class QMLPGrad:
     def _backward(self, hs: list[torch.Tensor], w: torch.Tensor, dq: torch.Tensor) -> None:
         """Back-propagate ``dq = dLoss/dQ [B, A]`` through the head and the torso into ``.grad``."""
         if self.v is None:
-            torch.mm(dq.t(), hs[-1], out=_grad(self.adv.weight))
-            torch.sum(dq, 0, out=_grad(self.adv.bias))
+            torch.mm(dq.t(), hs[-1], out=grad_buffer(self.adv.weight))
+            torch.sum(dq, 0, out=grad_buffer(self.adv.bias))
         else:  # the dueling head's two layers from the one linear map's gradient
             dw, db = dq.t().mm(hs[-1]), dq.sum(0)
-            torch.sub(dw, dw.mean(0, keepdim=True), out=_grad(self.adv.weight))
-            torch.sub(db, db.mean(), out=_grad(self.adv.bias))
-            torch.sum(dw, 0, keepdim=True, out=_grad(self.v.weight))
-            torch.sum(db, 0, keepdim=True, out=_grad(self.v.bias))
+            torch.sub(dw, dw.mean(0, keepdim=True), out=grad_buffer(self.adv.weight))
+            torch.sub(db, db.mean(), out=grad_buffer(self.adv.bias))
+            torch.sum(dw, 0, keepdim=True, out=grad_buffer(self.v.weight))
+            torch.sum(db, 0, keepdim=True, out=grad_buffer(self.v.bias))
         widths = [la.out_features for la in self.layers]
         dzs, dhs = self._buffers("dz", len(dq), widths), self._buffers("dh", len(dq), widths)
         dh = torch.mm(dq, w, out=dhs[-1])
         for i in range(len(self.layers) - 1, -1, -1):
             layer, h = self.layers[i], hs[i + 1]
-            dz = (torch.ops.aten.threshold_backward.grad_input(dh, h, 0, grad_input=dzs[i]) if self.relu
-                  else torch.ops.aten.tanh_backward.grad_input(dh, h, grad_input=dzs[i]))
-            torch.mm(dz.t(), hs[i], out=_grad(layer.weight))
-            torch.sum(dz, 0, out=_grad(layer.bias))
+            dz = act_backward(self.relu, dh, h, dzs[i])
+            torch.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
+            torch.sum(dz, 0, out=grad_buffer(layer.bias))
             if i:
                 dh = torch.mm(dz, layer.weight, out=dhs[i - 1])
 
 
-def _grad(p: torch.Tensor) -> torch.Tensor:
+def act_backward(relu: bool, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """d(act(z)) -> dz into ``out``, from the activation's output ``h`` (ReLU, else tanh)."""
+    if relu:
+        return torch.ops.aten.threshold_backward.grad_input(d, h, 0, grad_input=out)
+    return torch.ops.aten.tanh_backward.grad_input(d, h, grad_input=out)
+
+
+def grad_buffer(p: torch.Tensor) -> torch.Tensor:
     """``p.grad``, made a tensor of ``p``'s shape if it is not one (optimizers set it to None)."""
     if p.grad is None or p.grad.shape != p.shape:
         p.grad = torch.empty_like(p)

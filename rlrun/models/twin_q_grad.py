@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlrun.models.distributions import SquashedGaussian
+from rlrun.models.q_mlp_grad import HAND_ACTIVATIONS, act_backward, grad_buffer
 from rlrun.models.twin_q import CriticStack, TwinQModel
 
-_ACTS = (torch.relu, torch.tanh)  # the activations whose backward is written out below
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -52,20 +52,6 @@ class _Sample(NamedTuple):
     in_range: torch.Tensor  # where the raw log-std was inside [LOG_STD_MIN, LOG_STD_MAX] (clamp passes gradients)
 
 
-def _act_backward(relu: bool, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """d(act(z)) -> dz, from the activation's output ``h``."""
-    if relu:
-        return torch.ops.aten.threshold_backward.grad_input(d, h, 0, grad_input=out)
-    return torch.ops.aten.tanh_backward.grad_input(d, h, grad_input=out)
-
-
-def _grad(p: torch.Tensor) -> torch.Tensor:
-    """``p.grad``, made a tensor of ``p``'s shape if it is not one (optimizers set it to None)."""
-    if p.grad is None or p.grad.shape != p.shape:
-        p.grad = torch.empty_like(p)
-    return p.grad
-
-
 class TwinQGrad:
     """The SAC update's forward passes and gradients for one ``TwinQModel`` and its target copy,
     reading their parameters in place (optimizer steps and the Polyak step write them in place)."""
@@ -83,7 +69,7 @@ class TwinQGrad:
     def supports(model: Any, target: Any) -> TypeGuard[TwinQModel]:
         """The built-in ``twin_q_mlp`` exactly (not a subclass) with ReLU or tanh and float32 parameters
         that all train, its target a copy of the same shapes."""
-        if type(model) is not TwinQModel or type(target) is not TwinQModel or model._act not in _ACTS:
+        if type(model) is not TwinQModel or type(target) is not TwinQModel or model._act not in HAND_ACTIVATIONS:
             return False
         if type(model.head) is not nn.Linear or any(type(la) is not nn.Linear for la in model._layers):
             return False
@@ -142,17 +128,17 @@ class TwinQGrad:
         without touching their gradients, to the input's action columns (returns ``[B, A]``)."""
         stack = self.critics
         if weights:
-            torch.bmm(dq.unsqueeze(1), gs[-1], out=_grad(stack.out_weight))
-            torch.sum(dq, 1, keepdim=True, out=_grad(stack.out_bias))
+            torch.bmm(dq.unsqueeze(1), gs[-1], out=grad_buffer(stack.out_weight))
+            torch.sum(dq, 1, keepdim=True, out=grad_buffer(stack.out_bias))
         shapes = [(stack.num, dq.shape[1], int(w.shape[-1])) for w in stack.weights]
         dzs = self._buffers(key + "/dz", shapes)
         dg = dq.unsqueeze(-1) * stack.out_weight
         for i in range(len(stack.weights) - 1, -1, -1):
             w = stack.weights[i]
-            dz = _act_backward(self.relu, dg, gs[i + 1], dzs[i])
+            dz = act_backward(self.relu, dg, gs[i + 1], dzs[i])
             if weights:
-                torch.bmm(gs[i].transpose(1, 2), dz, out=_grad(w))
-                torch.sum(dz, 1, keepdim=True, out=_grad(stack.biases[i]))
+                torch.bmm(gs[i].transpose(1, 2), dz, out=grad_buffer(w))
+                torch.sum(dz, 1, keepdim=True, out=grad_buffer(stack.biases[i]))
             if i:
                 dg = torch.bmm(dz, w.transpose(1, 2))
             elif not weights:
@@ -161,15 +147,15 @@ class TwinQGrad:
         return None
 
     def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
-        torch.mm(d_out.t(), hs[-1], out=_grad(self.head.weight))
-        torch.sum(d_out, 0, out=_grad(self.head.bias))
+        torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
+        torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
         dzs = self._buffers("actor/dz", [(len(d_out), la.out_features) for la in self.layers])
         dh = torch.mm(d_out, self.head.weight)
         for i in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[i]
-            dz = _act_backward(self.relu, dh, hs[i + 1], dzs[i])
-            torch.mm(dz.t(), hs[i], out=_grad(layer.weight))
-            torch.sum(dz, 0, out=_grad(layer.bias))
+            dz = act_backward(self.relu, dh, hs[i + 1], dzs[i])
+            torch.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
+            torch.sum(dz, 0, out=grad_buffer(layer.bias))
             if i:
                 dh = torch.mm(dz, layer.weight)
 
