@@ -246,6 +246,24 @@ def without_module(tmp_path, *modules: str) -> dict[str, str]:
     return {"PYTHONPATH": f"{blocked}{os.pathsep}{REPO}"}
 
 
+def assert_a_nan_reward_leaves_the_weights(policy, mb) -> None:
+    """One NaN n-step reward in ``mb``: ``learn_on_minibatch`` stops before the optimizer step with one
+    clear error, and every weight stays as it was (a hand-derived gradient as much as autograd's)."""
+    import copy
+
+    import torch
+
+    from rlrun.core.errors import NonFiniteLossError
+    from rlrun.data.batch import SampleBatch
+
+    before = copy.deepcopy(policy.model.state_dict())
+    mb[SampleBatch.NSTEP_REWARDS][3] = float("nan")
+    with pytest.raises(NonFiniteLossError, match="train/loss/total is nan"):
+        policy.learn_on_minibatch(mb)
+    for k, v in policy.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 def rlrun_cmd(*args):
     return [sys.executable, "-m", "rlrun", *args]
 

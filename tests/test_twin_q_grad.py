@@ -4,7 +4,6 @@ option it covers; autograd for what it does not cover; the same learning over a 
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import gymnasium as gym
@@ -14,12 +13,12 @@ import torch
 
 from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
 from rlrun.algos.sac import SACConfig
-from rlrun.core.errors import NonFiniteLossError
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.twin_q import TwinQConfig, TwinQModel
 from rlrun.models.twin_q_grad import TwinQGrad
 from rlrun.policy.policy import LossOutput, Policy
 from rlrun.sources.plugins import load_builtins
+from tests.conftest import assert_a_nan_reward_leaves_the_weights
 
 load_builtins()
 OBS, ACT = gym.spaces.Box(-np.inf, np.inf, (3, 2), np.float32), gym.spaces.Box(-2.0, 3.0, (3,), np.float32)
@@ -123,11 +122,4 @@ def test_models_and_losses_it_does_not_cover_learn_by_autograd():
 
 
 def test_a_non_finite_loss_stops_before_the_step_and_leaves_the_weights():
-    p = policy(True)
-    before = copy.deepcopy(p.model.state_dict())
-    mb = minibatch()
-    mb[SB.NSTEP_REWARDS][3] = float("nan")
-    with pytest.raises(NonFiniteLossError, match="train/loss/total is nan"):
-        p.learn_on_minibatch(mb)
-    for k, v in p.model.state_dict().items():
-        assert torch.equal(v, before[k]), k
+    assert_a_nan_reward_leaves_the_weights(policy(True), minibatch())

@@ -13,7 +13,7 @@
 - ``async_broadcast_interval(config)``: None for synchronous sampling; else the learner takes
   whatever fragments arrived and a worker gets new weights every N-th of its fragments (APPO).
 - ``hand_gradient(policy)``: the loss's gradient without autograd where the algorithm has one for
-  the policy's loss and model (DQN: ``dqn_td`` on ``q_mlp``), else None: autograd.
+  the policy's loss and model (DQN: ``dqn_td`` on ``q_mlp``; SAC: ``sac`` on ``twin_q_mlp``), else None: autograd.
 - ``provides_columns`` / ``metrics``: checked against the loss's needs and the ``stop`` keys
   before anything runs.
 

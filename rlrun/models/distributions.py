@@ -145,13 +145,19 @@ class SquashedGaussian(ActionDistribution):
 
     def sample_logp(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised sample (gradients flow to the inputs) and its log-probability."""
+        a, logp, _ = self.sample_logp_noise(generator)
+        return a, logp
+
+    def sample_logp_noise(self, generator: torch.Generator | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``sample_logp``'s sample and log-probability, and the standard normal noise it drew."""
         noise = torch.randn(self.mean.shape, generator=generator)
         u = self.mean + self.std * noise
         a = torch.tanh(u)
         # log N(u) - sum log(1 - tanh(u)^2), the latter as 2 (log 2 - u - softplus(-2u)): stable for large |u|
         logp = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
-        return a, logp
+        return a, logp, noise
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         return self.sample_logp(generator)[0]

@@ -19,9 +19,8 @@ from typing import Any, NamedTuple, TypeGuard, cast
 import torch
 from torch import nn
 
+from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, grad_buffer, torso_backward, torso_forward
 from rlrun.models.q_networks import QMLPModel
-
-HAND_ACTIVATIONS = (torch.relu, torch.tanh)  # the activations whose backward act_backward writes out
 
 
 class TDStep(NamedTuple):
@@ -42,7 +41,7 @@ class QMLPGrad:
         self.relu = model._act is torch.relu
         self.adv = cast(nn.Linear, model.adv_head)  # supports() checked both heads' types
         self.v = cast(nn.Linear | None, model.v_head)  # dueling: the state value's head
-        self._bufs: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self._bufs = Buffers()
 
     @staticmethod
     def supports(model: Any, trains: bool = True) -> TypeGuard[QMLPModel]:
@@ -56,20 +55,13 @@ class QMLPGrad:
         return heads_linear and all(p.dtype == torch.float32 and (p.requires_grad or not trains) for p in params)
 
     def _buffers(self, key: str, rows: int, widths: list[int]) -> list[torch.Tensor]:
-        bufs = self._bufs.get((key, rows))
-        if bufs is None:
-            bufs = self._bufs[(key, rows)] = [torch.empty(rows, w) for w in widths]
-        return bufs
+        return self._bufs.get(key, [(rows, w) for w in widths])
 
     def _torso(self, x: torch.Tensor, key: str) -> list[torch.Tensor]:
         """The input and every hidden layer's activations ``[N, width]``, in the buffers named ``key``
         (overwritten by the next call with the same key and row count)."""
-        bufs = self._buffers(key, len(x), [la.out_features for la in self.layers])
-        hs = [x]
-        for layer, buf in zip(self.layers, bufs, strict=True):
-            h = torch.addmm(layer.bias, hs[-1], layer.weight.t(), out=buf)
-            hs.append(h.relu_() if self.relu else h.tanh_())
-        return hs
+        widths = [la.out_features for la in self.layers]
+        return torso_forward(self.layers, self.relu, x, self._buffers(key, len(x), widths))
 
     @staticmethod
     def _flat(obs: torch.Tensor) -> torch.Tensor:
@@ -126,25 +118,4 @@ class QMLPGrad:
             torch.sum(db, 0, keepdim=True, out=grad_buffer(self.v.bias))
         widths = [la.out_features for la in self.layers]
         dzs, dhs = self._buffers("dz", len(dq), widths), self._buffers("dh", len(dq), widths)
-        dh = torch.mm(dq, w, out=dhs[-1])
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer, h = self.layers[i], hs[i + 1]
-            dz = act_backward(self.relu, dh, h, dzs[i])
-            torch.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
-            torch.sum(dz, 0, out=grad_buffer(layer.bias))
-            if i:
-                dh = torch.mm(dz, layer.weight, out=dhs[i - 1])
-
-
-def act_backward(relu: bool, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """d(act(z)) -> dz into ``out``, from the activation's output ``h`` (ReLU, else tanh)."""
-    if relu:
-        return torch.ops.aten.threshold_backward.grad_input(d, h, 0, grad_input=out)
-    return torch.ops.aten.tanh_backward.grad_input(d, h, grad_input=out)
-
-
-def grad_buffer(p: torch.Tensor) -> torch.Tensor:
-    """``p.grad``, made a tensor of ``p``'s shape if it is not one (optimizers set it to None)."""
-    if p.grad is None or p.grad.shape != p.shape:
-        p.grad = torch.empty_like(p)
-    return p.grad
+        torso_backward(self.layers, self.relu, hs, torch.mm(dq, w, out=dhs[-1]), dzs, dhs)

@@ -4,8 +4,9 @@
 Why: one SAC update of a 256-row minibatch on 256x256 nets is ~16 products of 256x256x256 (~3 ms on
 two threads here) and, under autograd, ~3-4 ms more of operator calls, graph nodes and freshly
 allocated 256 KB-1 MB activations (experiments/continuous_control). Here the same arithmetic runs with
-no graph, into buffers kept between updates. The gradients equal autograd's to float rounding
-(tests/test_twin_q_grad.py); ``algo.hand_gradient: false`` gives autograd back.
+no graph, into buffers kept between updates: 1.11x the learner's updates/s at HalfCheetah's sizes on two
+threads (16 interleaved pairs, experiments/continuous_control/README.md). The gradients equal autograd's
+to float rounding (tests/test_twin_q_grad.py); ``algo.hand_gradient: false`` gives autograd back.
 
 The loss, as ``rlrun.algos.sac.sac_loss`` computes it (B rows, C critics, a' ~ pi(s'), a~ ~ pi(s),
 both reparameterised u = mean + std * noise, a = tanh(u)):
@@ -18,19 +19,14 @@ whose derivative in u_i (at fixed noise) is 2 tanh(u_i), and in log std_i -1 (pl
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from rlrun.models.distributions import SquashedGaussian
-from rlrun.models.q_mlp_grad import HAND_ACTIVATIONS, act_backward, grad_buffer
+from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, act_backward, grad_buffer, torso_backward, torso_forward
 from rlrun.models.twin_q import CriticStack, TwinQModel
-
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class SACStep(NamedTuple):
@@ -63,7 +59,7 @@ class TwinQGrad:
         self.target_critics: CriticStack = target.critics
         self.relu = model._act is torch.relu
         self.model = model
-        self._bufs: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self._bufs = Buffers()
 
     @staticmethod
     def supports(model: Any, target: Any) -> TypeGuard[TwinQModel]:
@@ -77,41 +73,27 @@ class TwinQGrad:
         same = [p.shape for p in target.critics.parameters()] == [p.shape for p in model.critics.parameters()]
         return same and all(p.dtype == torch.float32 and p.requires_grad for p in params)
 
-    def _buffers(self, key: str, shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
-        bufs = self._bufs.get((key, shapes[0][-2]))
-        if bufs is None:
-            bufs = self._bufs[(key, shapes[0][-2])] = [torch.empty(s) for s in shapes]
-        return bufs
-
     # ------------------------------------------------------------------ forward passes
     def _actor(self, obs: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The actor's input and hidden activations (in the buffers named ``key``) and its outputs [B, 2A]."""
         x = obs.reshape(len(obs), -1).float()
-        bufs = self._buffers(key, [(len(x), la.out_features) for la in self.layers])
-        hs = [x]
-        for layer, buf in zip(self.layers, bufs, strict=True):
-            h = torch.addmm(layer.bias, hs[-1], layer.weight.t(), out=buf)
-            hs.append(h.relu_() if self.relu else h.tanh_())
+        bufs = self._bufs.get(key, [(len(x), la.out_features) for la in self.layers])
+        hs = torso_forward(self.layers, self.relu, x, bufs)
         return hs, torch.addmm(self.head.bias, hs[-1], self.head.weight.t())
 
     @staticmethod
     def _sample(out: torch.Tensor, generator: torch.Generator) -> _Sample:
         """``SquashedGaussian(out).sample_logp(generator)``, keeping what the backward pass needs."""
-        mean, raw = torch.chunk(out, 2, dim=-1)
-        lo, hi = SquashedGaussian.LOG_STD_MIN, SquashedGaussian.LOG_STD_MAX
-        log_std = raw.clamp(lo, hi)
-        std = log_std.exp()
-        noise = torch.randn(mean.shape, generator=generator)
-        u = mean + std * noise
-        a = torch.tanh(u)
-        logp = (-0.5 * noise.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
-        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
-        return _Sample(a, logp, noise, std, (raw >= lo) & (raw <= hi))
+        dist = SquashedGaussian(out)
+        a, logp, noise = dist.sample_logp_noise(generator)
+        raw = out[:, out.shape[1] // 2 :]
+        in_range = (raw >= SquashedGaussian.LOG_STD_MIN) & (raw <= SquashedGaussian.LOG_STD_MAX)
+        return _Sample(a, logp, noise, dist.std, in_range)
 
     def _critic(self, stack: CriticStack, x: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Every critic's input and hidden activations ``[C, B, width]`` and Q-values ``[C, B]``."""
         shapes = [(stack.num, len(x), int(w.shape[-1])) for w in stack.weights]
-        bufs = self._buffers(key, shapes)
+        bufs = self._bufs.get(key, shapes)
         gs = [x.unsqueeze(0).expand(stack.num, *x.shape)]
         for w, b, buf in zip(stack.weights, stack.biases, bufs, strict=True):
             g = torch.baddbmm(b, gs[-1], w, out=buf)
@@ -131,7 +113,7 @@ class TwinQGrad:
             torch.bmm(dq.unsqueeze(1), gs[-1], out=grad_buffer(stack.out_weight))
             torch.sum(dq, 1, keepdim=True, out=grad_buffer(stack.out_bias))
         shapes = [(stack.num, dq.shape[1], int(w.shape[-1])) for w in stack.weights]
-        dzs = self._buffers(key + "/dz", shapes)
+        dzs = self._bufs.get(key + "/dz", shapes)
         dg = dq.unsqueeze(-1) * stack.out_weight
         for i in range(len(stack.weights) - 1, -1, -1):
             w = stack.weights[i]
@@ -149,15 +131,9 @@ class TwinQGrad:
     def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
         torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
         torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
-        dzs = self._buffers("actor/dz", [(len(d_out), la.out_features) for la in self.layers])
-        dh = torch.mm(d_out, self.head.weight)
-        for i in range(len(self.layers) - 1, -1, -1):
-            layer = self.layers[i]
-            dz = act_backward(self.relu, dh, hs[i + 1], dzs[i])
-            torch.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
-            torch.sum(dz, 0, out=grad_buffer(layer.bias))
-            if i:
-                dh = torch.mm(dz, layer.weight)
+        shapes = [(len(d_out), la.out_features) for la in self.layers]
+        dzs, dhs = self._bufs.get("actor/dz", shapes), self._bufs.get("actor/dh", shapes)
+        torso_backward(self.layers, self.relu, hs, torch.mm(d_out, self.head.weight, out=dhs[-1]), dzs, dhs)
 
     # ------------------------------------------------------------------ the update
     @torch.no_grad()
