@@ -115,7 +115,7 @@ def test_the_target_nets_q_values_without_autograd_equal_the_models():
                                    rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("model", [{"num_atoms": 11}, {"noisy": True}, {"activation": "elu"}])
+@pytest.mark.parametrize("model", [{"noisy": True}, {"activation": "elu"}])  # atoms: tests/test_c51_grad.py
 def test_models_it_does_not_cover_learn_by_autograd(model):
     options = {"activation": "relu", **model}
     p = policy(True, **options)

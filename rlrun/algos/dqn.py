@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
+from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
 from rlrun.models.noisy import NoisyLinear
 from rlrun.models.numpy_actor import NumpyQ
@@ -62,8 +63,9 @@ class DQNConfig(AlgoConfig):
     final_prioritized_replay_beta: float = 1.0
     prioritized_replay_beta_annealing_timesteps: int = 100_000
     prioritized_replay_eps: float = 1e-6
-    # dqn_td on the built-in q_mlp (ReLU or tanh, no atoms, no noisy heads): its gradient derived by hand,
-    # not by autograd (rlrun/models/q_mlp_grad.py; the same numbers to float rounding, ~1.2x the updates/s)
+    # dqn_td on the built-in q_mlp (ReLU or tanh): its gradient derived by hand, not by autograd (the same
+    # numbers to float rounding): expected Q-values with plain heads (rlrun/models/q_mlp_grad.py, ~1.2x the
+    # updates/s), or C51's atoms with plain or noisy heads (rlrun/models/c51_grad.py)
     hand_gradient: bool = True
 
 
@@ -159,13 +161,15 @@ def project_distribution(probs: torch.Tensor, rewards: torch.Tensor, discounts: 
     dz = (v_max - v_min) / (n - 1)
     tz = (rewards.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
     b = (tz - v_min) / dz  # fractional atom index in [0, n - 1]
-    lower, upper = b.floor().long(), b.ceil().long()
-    # an exact atom (lower == upper) would get weight 0 from both sides: give it all to one of them
-    lower[(upper > 0) & (lower == upper)] -= 1
-    upper[(lower < n - 1) & (lower == upper)] += 1
+    floor = b.floor()
+    # an exact atom (b == floor) keeps all of its mass: weight 1 to floor, 0 to floor + 1 (clamped to
+    # the last atom); no boolean masks (their index_put is most of the projection's time). Indices are
+    # clamped so that a NaN reward gives a NaN loss (stopped before the step), not an indexing error.
+    lower = floor.long().clamp_(0, n - 1)
+    upper = (lower + 1).clamp_(max=n - 1)
     out = torch.zeros_like(probs)
-    out.scatter_add_(-1, lower, probs * (upper.float() - b))
-    out.scatter_add_(-1, upper, probs * (b - lower.float()))
+    out.scatter_add_(-1, lower, probs * ((floor + 1) - b))
+    out.scatter_add_(-1, upper, probs * (b - floor))
     return out
 
 
@@ -229,10 +233,13 @@ def dqn_td_loss(
 
 
 def dqn_hand_gradient(policy: Policy) -> GradientFn | None:
-    """``dqn_td`` (expected Q-values) on the built-in ``q_mlp``, its gradient derived by hand
-    (rlrun/models/q_mlp_grad.py): the same target and loss as ``dqn_td_loss``, no autograd graph.
-    None (autograd) for another loss or model, or with ``algo.hand_gradient: false``."""
+    """``dqn_td`` on the built-in ``q_mlp``, its gradient derived by hand: the same target and loss as
+    ``dqn_td_loss``, no autograd graph; expected Q-values with plain heads (rlrun/models/q_mlp_grad.py)
+    or C51's atoms (``c51_hand_gradient``). None (autograd) for another loss or model (noisy heads
+    without atoms included), or with ``algo.hand_gradient: false``."""
     cfg, target_net = policy.config_as(DQNConfig), policy.state_as(DQNState).target_grad
+    if cfg.hand_gradient and policy.loss_fn is dqn_td_loss and C51Grad.supports(policy.model):
+        return c51_hand_gradient(policy)
     if target_net is None or policy.loss_fn is not dqn_td_loss or not QMLPGrad.supports(policy.model):
         return None  # (target_grad is None with algo.hand_gradient false)
     online, delta = QMLPGrad(policy.model), policy.loss_config_as(DQNLossConfig).huber_delta
@@ -254,6 +261,35 @@ def dqn_hand_gradient(policy: Policy) -> GradientFn | None:
                                                           "epsilon": epsilon(policy)})
 
     return td_gradient
+
+
+def c51_hand_gradient(policy: Policy) -> GradientFn | None:
+    """``dqn_td`` on the built-in ``q_mlp`` with atoms (C51; noisy heads or not), its gradient derived
+    by hand (rlrun/models/c51_grad.py): ``dqn_td_loss``'s distributional branch, with the noise drawn
+    in the same order (the online net at s', at s, then the target net at s'). None (autograd) if the
+    target net is not one ``C51Grad`` covers."""
+    cfg, target_model = policy.config_as(DQNConfig), policy.state_as(DQNState).target_model
+    if not C51Grad.supports(target_model, trains=False):
+        return None
+    online, target_net = C51Grad(cast(QMLPModel, policy.model)), C51Grad(target_model)
+    support = online.support
+
+    def c51_gradient(batch: TorchBatch) -> LossOutput:
+        next_obs = batch[SB.NSTEP_NEXT_OBS]
+        q_next_online = online.q_values(next_obs, online.head()) if cfg.double_q else None
+        head = online.head()
+        p_next = target_net.probs(next_obs, target_net.head())
+        q_next_target = torch.matmul(p_next, support)
+        best = (q_next_online if q_next_online is not None else q_next_target).argmax(-1)
+        p_best = p_next[torch.arange(len(best)), best]
+        target_p = project_distribution(p_best, batch[SB.NSTEP_REWARDS], batch[SB.NSTEP_DISCOUNT], support)
+        step = online.ce_gradient(batch[SB.OBS], batch[SB.ACTIONS], target_p, batch.get(SB.WEIGHTS), head)
+        batch[SB.TD_ERROR] = step.per_row
+        return LossOutput(step.loss, {"td": step.loss}, {"q_mean": step.q_sa.mean(),
+                                                          "target_mean": torch.matmul(target_p, support).mean(),
+                                                          "epsilon": epsilon(policy)})
+
+    return c51_gradient
 
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)

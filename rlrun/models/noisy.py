@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 
-def _scaled(n: int, generator: torch.Generator | None) -> torch.Tensor:
+def scaled_noise(n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``f(e) = sign(e) sqrt(|e|)`` of ``n`` standard normal draws."""
     e = torch.randn(n, generator=generator)
     return e.sign() * e.abs().sqrt()
 
@@ -39,7 +40,7 @@ class NoisyLinear(nn.Module):
         y = nn.functional.linear(x, self.weight, self.bias)
         if not self.training:
             return y
-        e_in, e_out = _scaled(self.in_features, self.generator), _scaled(self.out_features, self.generator)
+        e_in, e_out = scaled_noise(self.in_features, self.generator), scaled_noise(self.out_features, self.generator)
         # (sigma_w * e_out e_in^T) x = e_out * (sigma_w (e_in * x)): no [out, in] noise matrix
         return y + e_out * (nn.functional.linear(x * e_in, self.weight_sigma) + self.bias_sigma)
 
