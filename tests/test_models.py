@@ -46,17 +46,20 @@ def test_q_model_values_are_the_max_q(dueling):
     assert torch.equal(out.values, out.dist_inputs.max(-1).values)
 
 
-@pytest.mark.parametrize("dueling", [False, True])
-def test_dqn_acts_in_numpy_with_the_q_networks_own_values_through_learning(dueling):
-    """The built-in q_mlp acts in numpy on views of its weights: the greedy actions and Q-values
-    dqn_actions returns are the torch model's, before and after an optimizer step."""
+@pytest.mark.parametrize(("dueling", "atoms", "noisy"), [(False, 1, False), (True, 1, False), (True, 11, True),
+                                                      (False, 11, False), (True, 1, True)])
+def test_dqn_acts_in_numpy_with_the_q_networks_own_values_through_learning(dueling, atoms, noisy):
+    """The built-in q_mlp acts in numpy on views of its weights, Rainbow's heads (C51's atoms, noisy
+    heads' means) included: the greedy actions and Q-values dqn_actions returns are the torch
+    model's, before and after an optimizer step."""
     from rlrun.algos.algorithm import make_policy
     from rlrun.algos.dqn import DQNState, dqn_actions
     from rlrun.sources.plugins import load_builtins
 
     load_builtins()
     policy = make_policy("dqn", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(3),
-                         model_config=QMLPConfig(hiddens=[16, 16], dueling=dueling), seed=0)
+                         model_config=QMLPConfig(hiddens=[16, 16], dueling=dueling, num_atoms=atoms, v_min=-3,
+                                                 v_max=3, noisy=noisy), seed=0)
     assert isinstance(policy.state, DQNState) and policy.state.actor is not None
     obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     for step in ("initial", "after an Adam step"):
@@ -66,7 +69,8 @@ def test_dqn_acts_in_numpy_with_the_q_networks_own_values_through_learning(dueli
             loss.backward()
             policy.optimizer.step()
         with torch.inference_mode():
-            ref = policy.model(torch.as_tensor(obs))
+            ref = policy.model.eval()(torch.as_tensor(obs))
+            policy.model.train()
         out = dqn_actions(policy, obs, explore=False)
         np.testing.assert_allclose(out.dist_inputs, ref.dist_inputs.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)
         np.testing.assert_allclose(out.values, ref.values.numpy(), rtol=1e-5, atol=1e-6, err_msg=step)

@@ -3,6 +3,8 @@ importance weights, priority updates, checkpoints), C51's projection and loss, n
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -177,7 +179,7 @@ def test_noisy_layers_resample_noise_each_training_pass_and_use_their_means_in_e
 
 def test_a_noisy_dqn_explores_by_its_noise_not_epsilon_and_acts_on_its_means_greedily():
     p = make_policy("dqn", OBS, ACT, model_config=QMLPConfig(hiddens=[16], noisy=True))
-    assert p.state.actor is None and epsilon(p) == 0.0  # no numpy fast path, no random actions
+    assert p.state.actor is not None and epsilon(p) == 0.0  # acting in numpy, no random actions
     obs = np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32)
     explore = [dqn_actions(p, obs, explore=True).actions for _ in range(2)]
     assert not np.array_equal(*explore)  # two noise draws act differently somewhere
@@ -188,6 +190,36 @@ def test_a_noisy_dqn_explores_by_its_noise_not_epsilon_and_acts_on_its_means_gre
         means = p.model(torch.from_numpy(obs)).dist_inputs.argmax(-1).numpy()
         p.model.train()
     assert np.array_equal(greedy[0], means)
+
+
+@pytest.mark.parametrize("atoms", [1, 11])
+def test_acting_in_numpy_draws_the_noisy_heads_noise_from_the_policys_generator(atoms):
+    """Exploring, the numpy actor's Q-values are the noisy heads' with factorised noise drawn from the
+    policy's numpy generator (advantage head, then value head; e_in, then e_out), the same as torch's
+    formula with that noise; the generator is what checkpoints carry, so a resumed run acts alike."""
+    mc = QMLPConfig(hiddens=[16], noisy=True, dueling=True, num_atoms=atoms, v_min=-2, v_max=2)
+    p = make_policy("dqn", OBS, ACT, model_config=mc, seed=3)
+    obs = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    rng = copy.deepcopy(p.np_rng)  # the draws the actor is about to make
+    q = dqn_actions(p, obs, explore=True).dist_inputs
+
+    def f(n: int) -> torch.Tensor:
+        e = torch.from_numpy(rng.standard_normal(n, dtype=np.float32))
+        return e.sign() * e.abs().sqrt()
+
+    def noisy(layer: NoisyLinear, h: torch.Tensor) -> torch.Tensor:
+        e_in, e_out = f(layer.in_features), f(layer.out_features)
+        w = layer.weight + layer.weight_sigma * torch.outer(e_out, e_in)
+        return h @ w.t() + layer.bias + layer.bias_sigma * e_out
+
+    m = p.model
+    with torch.no_grad():
+        h = m.features(torch.from_numpy(obs))
+        adv = noisy(m.adv_head, h).reshape(8, 2, atoms)
+        z = noisy(m.v_head, h).unsqueeze(1) + adv - adv.mean(1, keepdim=True)
+        expected = z.squeeze(-1) if atoms == 1 else (torch.softmax(z, -1) * m.support).sum(-1)
+    np.testing.assert_allclose(q, expected.numpy(), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(q, dqn_actions(p, obs, explore=True).dist_inputs)  # fresh noise each call
 
 
 @pytest.mark.parametrize(("overrides", "says"), [

@@ -83,7 +83,7 @@ class DQNState:
     replay: ReplayBuffer
     last_target_update: int = 0  # env step of the last copy online -> target
     num_target_updates: int = 0
-    actor: NumpyQ | None = None  # acting in numpy (built-in q_mlp only); not learner state to save
+    actor: NumpyQ | None = None  # acting in numpy (built-in q_mlp only; noise from the policy's np_rng); not state
     noisy: bool = False  # the model has noisy layers: it explores by them, not epsilon-greedy
     target_grad: QMLPGrad | None = None  # the target net's Q-values without autograd (algo.hand_gradient)
 
@@ -128,7 +128,7 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     greedily in its noisy Q-values to explore, in its mean Q-values otherwise."""
     state = policy.state if isinstance(policy.state, DQNState) else None
     if state is not None and state.actor is not None:  # the built-in q_mlp: numpy on views of its weights
-        q = state.actor.q_values(obs)
+        q = state.actor.q_values(obs, policy.np_rng if explore and state.noisy else None)
     else:
         noisy = state is not None and state.noisy
         if noisy:

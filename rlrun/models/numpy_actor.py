@@ -1,5 +1,5 @@
 """Acting without torch for the built-in ``mlp`` model with a categorical or diagonal Gaussian
-action distribution, and for DQN's built-in ``q_mlp`` (``NumpyQ``).
+action distribution, and for DQN's built-in ``q_mlp`` (``NumpyQ``: plain or Rainbow's heads).
 
 A rollout worker calls the policy once per vector step on a few dozen rows. At that size torch's
 per-op dispatch dominates. Measured here (2-core VM, ``compute_actions`` of the 64x64 ``ppo_cartpole``
@@ -162,27 +162,63 @@ def _std_normal_logp(z: np.ndarray, log_std: np.ndarray) -> np.ndarray:
 
 
 class NumpyQ:
-    """Q-values of the built-in ``q_mlp`` (dueling or not) in numpy, on views of its parameters.
-    DQN acts on one row per sub-env per step: with 1 sub-env the torch forward pass of the 256x256
-    net cost ~275 us of a ~324 us env step here, a third of ``dqn_cartpole``'s wall time."""
+    """Q-values of the built-in ``q_mlp`` in numpy, on views of its parameters: dueling or not,
+    expected Q-values or C51's atoms, plain or noisy heads. DQN acts on one row per sub-env per step:
+    with 1 sub-env the torch forward pass of the 256x256 net cost ~275 us of a ~324 us env step here,
+    a third of ``dqn_cartpole``'s wall time (Rainbow's noisy C51 heads cost more ops still)."""
 
     def __init__(self, model: Any) -> None:
         self.act = _NUMPY_ACT[model._act]
         self.torso = [_views(la) for la in model._layers]
-        self.adv = _views(model.adv_head)
-        self.v = None if model.v_head is None else _views(model.v_head)
+        self.adv, self.v = _Head(model.adv_head), None if model.v_head is None else _Head(model.v_head)
+        self.num_actions, self.num_atoms = model.num_actions, model.num_atoms
+        self.support = model.support.numpy()
 
     @staticmethod
     def supports(model: Any) -> bool:
         """For a ``QMLPModel`` (the caller checks the type): an activation numpy has, float32 weights,
-        plain linear heads (not noisy) giving Q-values (not atoms)."""
-        return (model._act in _NUMPY_ACT and all(p.dtype == torch.float32 for p in model.parameters())
-                and type(model.adv_head) is torch.nn.Linear and model.num_atoms == 1)
+        heads that are ``nn.Linear`` or ``NoisyLinear`` exactly."""
+        from rlrun.models.noisy import NoisyLinear
 
-    def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, num_actions]`` for observations ``[N, ...]``."""
+        heads = [model.adv_head] + ([model.v_head] if model.v_head is not None else [])
+        return (model._act in _NUMPY_ACT and all(p.dtype == torch.float32 for p in model.parameters())
+                and all(type(h) in (torch.nn.Linear, NoisyLinear) for h in heads))
+
+    def q_values(self, obs: np.ndarray, noise: np.random.Generator | None = None) -> np.ndarray:
+        """``[N, num_actions]`` for observations ``[N, ...]``; with ``noise``, noisy heads draw their
+        factorised noise from it (the advantage head's, then the value head's, each ``e_in`` then
+        ``e_out``), otherwise they use their means."""
         h = _torso(self.act, self.torso, _flat(obs))
-        q = h @ self.adv[0] + self.adv[1]
+        q = self.adv(h, noise)
         if self.v is not None:
-            q = (h @ self.v[0] + self.v[1]) + (q - q.mean(axis=1, keepdims=True))
-        return q
+            if self.num_atoms == 1:
+                return self.v(h, noise) + (q - q.mean(axis=1, keepdims=True))
+            q3 = q.reshape(len(h), self.num_actions, self.num_atoms)
+            q = self.v(h, noise)[:, None, :] + (q3 - q3.mean(axis=1, keepdims=True))
+        if self.num_atoms == 1:
+            return q
+        z = q.reshape(len(h), self.num_actions, self.num_atoms)
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return (e @ self.support) / e.sum(axis=-1)
+
+
+class _Head:
+    """A plain or noisy linear head on views of its parameters: ``x @ w + b``, plus with noise
+    ``e_out * ((x * e_in) @ w_sigma + b_sigma)``, ``e = sign(n) sqrt(|n|)``, ``n ~ N(0, 1)``."""
+
+    def __init__(self, layer: Any) -> None:
+        self.w, self.b = _views(layer)
+        sigma = getattr(layer, "weight_sigma", None)
+        self.sigma = None if sigma is None else (sigma.detach().numpy().T, layer.bias_sigma.detach().numpy())
+
+    def __call__(self, x: np.ndarray, noise: np.random.Generator | None) -> np.ndarray:
+        y = x @ self.w + self.b
+        if self.sigma is None or noise is None:
+            return y
+        e_in, e_out = (_scaled_noise(noise, n) for n in self.w.shape)
+        return y + e_out * ((x * e_in) @ self.sigma[0] + self.sigma[1])
+
+
+def _scaled_noise(rng: np.random.Generator, n: int) -> np.ndarray:
+    e = rng.standard_normal(n, dtype=np.float32)
+    return np.copysign(np.sqrt(np.abs(e)), e)
