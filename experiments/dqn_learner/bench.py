@@ -13,6 +13,9 @@ Settings measured:
   derived by hand for the built-in q_mlp (rlrun/models/q_mlp_grad.py).
 - ``..., denormals kept``: without ``flush_denormals()`` (which every rlrun run calls first): the
   learner as it was before 2026-11-28. SB3 keeps denormals (torch's default).
+- ``rlrun (rainbow_cartpole)``: that preset's learner: C51 (51 atoms), noisy dueling heads, double Q,
+  prioritized replay (each minibatch drawn after the last one's priority update); its
+  gradient by hand (rlrun/models/c51_grad.py) or, ``autograd``, by torch. SB3 has no Rainbow to compare.
 
 Each figure is one process timing 2,048 updates after 256 of warm-up: rlrun's learn hook as a run
 calls it for ``dqn_cartpole`` (256 env steps stored, then 64 updates, their targets' forward pass in
@@ -51,10 +54,11 @@ from rlrun.core.registry import MODELS
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.sources.plugins import load_builtins
 load_builtins()
-m_cfg = MODELS.entry("q_mlp").config_cls(hiddens=[256, 256], dueling={dueling})
+m_cfg = MODELS.entry("q_mlp").config_cls(hiddens=[256, 256], dueling={dueling}, num_atoms={atoms}, v_min=0.0,
+                                         v_max=500.0, noisy={rainbow})
 a_cfg = get_algorithm("dqn").config_cls(learning_starts=0, sgd_minibatch_size=128, training_intensity=32.0,
                                         double_q={double_q}, n_step=1, lr=1e-3, grad_clip=10.0, hand_gradient={hand},
-                                        target_network_update_freq=10**9)
+                                        target_network_update_freq=10**9, prioritized_replay={rainbow})
 p = make_policy("dqn", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
                 model_config=m_cfg, algo_config=a_cfg)
 rng, n = np.random.default_rng(0), 10_000
@@ -92,13 +96,22 @@ SETTINGS = {
     "rlrun (dqn_cartpole, autograd)": {"dueling": True, "double_q": True, "hand": False, "flush": True},
     "rlrun (dqn_cartpole, autograd, denormals kept)": {"dueling": True, "double_q": True, "hand": False,
                                                        "flush": False},
+    "rlrun (rainbow_cartpole)": {"dueling": True, "double_q": True, "hand": True, "flush": True, "rainbow": True},
+    "rlrun (rainbow_cartpole, autograd)": {"dueling": True, "double_q": True, "hand": False, "flush": True,
+                                           "rainbow": True},
 }
+
+
+def options(s: dict[str, bool]) -> dict[str, object]:
+    """A setting's values for the RLRUN template (no Rainbow parts unless it says so)."""
+    rainbow = s.get("rainbow", False)
+    return {**s, "rainbow": rainbow, "atoms": 51 if rainbow else 1}
 
 
 def updates_per_s(who: str, threads: int) -> float:
     s = SETTINGS[who]
     code = SB3.format(threads=threads, updates=UPDATES) if s is None else \
-        RLRUN.format(threads=threads, updates=UPDATES, **s)
+        RLRUN.format(threads=threads, updates=UPDATES, **options(s))
     with tempfile.TemporaryDirectory(prefix="rlrun-dqnl-") as d:
         p = subprocess.run([sys.executable, "-c", code], cwd=d, capture_output=True, text=True,
                            env={**ENV, "TMPDIR": d}, timeout=1800)
@@ -107,7 +120,7 @@ def updates_per_s(who: str, threads: int) -> float:
     return float(p.stdout.strip().splitlines()[-1])
 
 
-def plot(rows: list[dict[str, object]], path: Path) -> None:
+def plot(rows: list[dict[str, object]], settings: list[str], path: Path) -> None:
     """Median updates/s per setting, one group of bars per thread count."""
     import matplotlib
 
@@ -116,11 +129,12 @@ def plot(rows: list[dict[str, object]], path: Path) -> None:
 
     threads = sorted({int(str(r["threads"])) for r in rows})
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for k, who in enumerate(SETTINGS):
+    for k, who in enumerate(settings):
         med = [statistics.median(float(str(r["updates_per_s"])) for r in rows
                                  if r["who"] == who and int(str(r["threads"])) == t) for t in threads]
-        ax.bar([t * 7 + k for t in range(len(threads))], med, label=who)
-    ax.set_xticks([t * 7 + 2.5 for t in range(len(threads))], [f"{t} torch thread(s)" for t in threads])
+        ax.bar([t * (len(settings) + 1) + k for t in range(len(threads))], med, label=who)
+    width = len(settings) + 1
+    ax.set_xticks([t * width + (width - 2) / 2 for t in range(len(threads))], [f"{t} torch thread(s)" for t in threads])
     ax.set_ylabel("learner updates/s (median)")
     ax.set_title("DQN, 128-row minibatches, 4-256-256-2 MLP")
     ax.legend(fontsize=8)
@@ -133,11 +147,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--name", default="latest")
+    ap.add_argument("--only", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING",
+                    help="measure these settings only (sb3 is always measured: the ratios are to it)")
     args = ap.parse_args()
+    settings = ["sb3", *(w for w in args.only if w != "sb3")]
     rows = []
     for threads in args.threads:
         for rep in range(args.repeats):
-            for who in SETTINGS:  # interleaved: the machine's drift reaches every setting alike
+            for who in settings:  # interleaved: the machine's drift reaches every setting alike
                 rows.append({"who": who, "threads": threads, "repeat": rep,
                              "updates_per_s": round(updates_per_s(who, threads), 1)})
                 print(rows[-1], flush=True)
@@ -155,8 +172,8 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- |"]
     for threads in args.threads:
         med = {who: statistics.median(r["updates_per_s"] for r in rows if r["who"] == who and r["threads"] == threads)
-               for who in SETTINGS}
-        for who in SETTINGS:
+               for who in settings}
+        for who in settings:
             runs = " / ".join(f"{r['updates_per_s']:.0f}" for r in rows if r["who"] == who and r["threads"] == threads)
             sb3 = {r["repeat"]: r["updates_per_s"] for r in rows if r["who"] == "sb3" and r["threads"] == threads}
             paired = statistics.median(r["updates_per_s"] / sb3[r["repeat"]] for r in rows
@@ -164,7 +181,7 @@ def main() -> None:
             ratio = med[who] / med["sb3"]
             lines.append(f"| {who} | {threads} | {med[who]:.0f} | {runs} | {ratio:.2f} | {paired:.2f} |")
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
-    plot(rows, out / f"{args.name}.png")
+    plot(rows, settings, out / f"{args.name}.png")
     print("\n".join(lines))
 
 

@@ -279,9 +279,8 @@ def c51_hand_gradient(policy: Policy) -> GradientFn | None:
         q_next_online = online.q_values(next_obs, online.head()) if cfg.double_q else None
         head = online.head()
         p_next = target_net.probs(next_obs, target_net.head())
-        q_next_target = torch.matmul(p_next, support)
-        best = (q_next_online if q_next_online is not None else q_next_target).argmax(-1)
-        p_best = p_next[torch.arange(len(best)), best]
+        best = (q_next_online if q_next_online is not None else torch.matmul(p_next, support)).argmax(-1)
+        p_best = p_next.gather(1, best.view(-1, 1, 1).expand(-1, 1, p_next.shape[-1])).squeeze(1)
         target_p = project_distribution(p_best, batch[SB.NSTEP_REWARDS], batch[SB.NSTEP_DISCOUNT], support)
         step = online.ce_gradient(batch[SB.OBS], batch[SB.ACTIONS], target_p, batch.get(SB.WEIGHTS), head)
         batch[SB.TD_ERROR] = step.per_row

@@ -25,10 +25,12 @@ from rlrun.models.q_networks import QMLPModel
 
 
 class Noise(NamedTuple):
-    """One noisy layer's factorised noise for one pass: ``f(e_in) [in]``, ``f(e_out) [out]``."""
+    """One noisy layer's factorised noise for one pass: ``f(e_in) [in]``, ``f(e_out) [out]`` and their
+    outer product ``[out, in]``."""
 
     e_in: torch.Tensor
     e_out: torch.Tensor
+    outer: torch.Tensor
 
 
 class Head(NamedTuple):
@@ -54,10 +56,11 @@ def _layer(layer: nn.Linear | NoisyLinear) -> tuple[torch.Tensor, torch.Tensor, 
     """A head layer's weight and bias for one pass, with fresh noise if it is noisy and training."""
     if not isinstance(layer, NoisyLinear) or not layer.training:
         return layer.weight, layer.bias, None
-    noise = Noise(scaled_noise(layer.in_features, layer.generator),
-                  scaled_noise(layer.out_features, layer.generator))
-    w = torch.addcmul(layer.weight, layer.weight_sigma, torch.outer(noise.e_out, noise.e_in))
-    return w, torch.addcmul(layer.bias, layer.bias_sigma, noise.e_out), noise
+    e_in = scaled_noise(layer.in_features, layer.generator)
+    e_out = scaled_noise(layer.out_features, layer.generator)
+    noise = Noise(e_in, e_out, torch.outer(e_out, e_in))
+    w = torch.addcmul(layer.weight, layer.weight_sigma, noise.outer)
+    return w, torch.addcmul(layer.bias, layer.bias_sigma, e_out), noise
 
 
 def _set_grads(layer: nn.Linear | NoisyLinear, dw: torch.Tensor, db: torch.Tensor, noise: Noise | None) -> None:
@@ -70,7 +73,7 @@ def _set_grads(layer: nn.Linear | NoisyLinear, dw: torch.Tensor, db: torch.Tenso
             grad_buffer(layer.weight_sigma).zero_()
             grad_buffer(layer.bias_sigma).zero_()
         else:
-            torch.mul(dw, torch.outer(noise.e_out, noise.e_in), out=grad_buffer(layer.weight_sigma))
+            torch.mul(dw, noise.outer, out=grad_buffer(layer.weight_sigma))
             torch.mul(db, noise.e_out, out=grad_buffer(layer.bias_sigma))
 
 

@@ -17,7 +17,7 @@ from torch import nn
 def scaled_noise(n: int, generator: torch.Generator | None) -> torch.Tensor:
     """``f(e) = sign(e) sqrt(|e|)`` of ``n`` standard normal draws."""
     e = torch.randn(n, generator=generator)
-    return e.sign() * e.abs().sqrt()
+    return torch.copysign(e.abs().sqrt_(), e)  # sign(e) sqrt(|e|), one operation fewer
 
 
 class NoisyLinear(nn.Module):

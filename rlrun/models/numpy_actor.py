@@ -189,17 +189,22 @@ class NumpyQ:
         factorised noise from it (the advantage head's, then the value head's, each ``e_in`` then
         ``e_out``), otherwise they use their means."""
         h = _torso(self.act, self.torso, _flat(obs))
-        q = self.adv(h, noise)
+        heads = [self.adv] if self.v is None else [self.adv, self.v]
+        noisy = noise is not None and any(hd.sigma is not None for hd in heads)
+        # one draw for all of them: the same numbers as one draw each (the generator's stream is sequential)
+        e = _scaled_noise(noise, sum(hd.noise_size for hd in heads)) if noisy and noise is not None else None
+        q = self.adv(h, e)
         if self.v is not None:
+            e_v = None if e is None else e[self.adv.noise_size:]
             if self.num_atoms == 1:
-                return self.v(h, noise) + (q - q.mean(axis=1, keepdims=True))
+                return self.v(h, e_v) + (q - q.mean(axis=1, keepdims=True))
             q3 = q.reshape(len(h), self.num_actions, self.num_atoms)
-            q = self.v(h, noise)[:, None, :] + (q3 - q3.mean(axis=1, keepdims=True))
+            q = self.v(h, e_v)[:, None, :] + (q3 - q3.mean(axis=1, keepdims=True))
         if self.num_atoms == 1:
             return q
         z = q.reshape(len(h), self.num_actions, self.num_atoms)
-        e = np.exp(z - z.max(axis=-1, keepdims=True))
-        return (e @ self.support) / e.sum(axis=-1)
+        ez = np.exp(z - z.max(axis=-1, keepdims=True))
+        return (ez @ self.support) / ez.sum(axis=-1)
 
 
 class _Head:
@@ -210,13 +215,15 @@ class _Head:
         self.w, self.b = _views(layer)
         sigma = getattr(layer, "weight_sigma", None)
         self.sigma = None if sigma is None else (sigma.detach().numpy().T, layer.bias_sigma.detach().numpy())
+        self.noise_size = 0 if sigma is None else sum(self.w.shape)  # e_in, then e_out
 
-    def __call__(self, x: np.ndarray, noise: np.random.Generator | None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, e: np.ndarray | None) -> np.ndarray:
+        """``e``: this head's noise first (``e_in``, ``e_out``), anything after it ignored; None: the means."""
         y = x @ self.w + self.b
-        if self.sigma is None or noise is None:
+        if self.sigma is None or e is None:
             return y
-        e_in, e_out = (_scaled_noise(noise, n) for n in self.w.shape)
-        return y + e_out * ((x * e_in) @ self.sigma[0] + self.sigma[1])
+        n_in, n_out = self.w.shape
+        return y + e[n_in:n_in + n_out] * ((x * e[:n_in]) @ self.sigma[0] + self.sigma[1])
 
 
 def _scaled_noise(rng: np.random.Generator, n: int) -> np.ndarray:
