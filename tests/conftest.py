@@ -246,6 +246,47 @@ def without_module(tmp_path, *modules: str) -> dict[str, str]:
     return {"PYTHONPATH": f"{blocked}{os.pathsep}{REPO}"}
 
 
+def dqn_policy_with_another_target(obs_space, action_space, model_config, algo_config, **kw):
+    """A DQN policy whose target net is the online net moved a little (seeded), so that double Q's
+    choice and the target's values matter in a test of one step."""
+    import torch
+
+    from rlrun.algos.algorithm import make_policy
+
+    p = make_policy("dqn", obs_space, action_space, model_config=model_config, algo_config=algo_config, **kw)
+    with torch.no_grad():
+        for t in p.state.target_model.parameters():
+            t.add_(0.1 * torch.randn(t.shape, generator=torch.Generator().manual_seed(t.numel())))
+    return p
+
+
+def autograd_step(policy, mb):
+    """The policy's loss on ``mb`` and its gradient by autograd (``.grad`` of every parameter)."""
+    policy.optimizer.zero_grad()
+    out = policy.loss_fn(policy, policy.model, policy.dist_class, mb)
+    out.total.backward()
+    return out
+
+
+def assert_the_same_dqn_step(hand, ref, out, out_ref, mb, mb_ref) -> None:
+    """A DQN loss's hand-derived step (``hand``, ``out``, minibatch ``mb``) against autograd's (``ref``,
+    ``out_ref``, ``mb_ref``): the same loss, TD errors (the priorities' input), stats, and every
+    parameter's gradient, to float rounding; every parameter gets one."""
+    import torch
+
+    from rlrun.data.batch import SampleBatch
+
+    assert float(out.total) == pytest.approx(float(out_ref.total), rel=1e-5)
+    torch.testing.assert_close(mb[SampleBatch.TD_ERROR], mb_ref[SampleBatch.TD_ERROR], rtol=1e-5, atol=1e-6)
+    for k in ("q_mean", "target_mean"):
+        assert float(out.stats[k]) == pytest.approx(float(out_ref.stats[k]), rel=1e-5, abs=1e-6)
+    for (name, p), q in zip(hand.model.named_parameters(), ref.model.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None, name
+        scale = float(q.grad.abs().max())
+        assert scale > 0, name  # every parameter gets a gradient (the test would miss a dropped one)
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-5, atol=1e-6 * scale, msg=name)
+
+
 def assert_a_nan_reward_leaves_the_weights(policy, mb) -> None:
     """One NaN n-step reward in ``mb``: ``learn_on_minibatch`` stops before the optimizer step with one
     clear error, and every weight stays as it was (a hand-derived gradient as much as autograd's)."""

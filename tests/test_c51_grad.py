@@ -19,7 +19,12 @@ from rlrun.models.c51_grad import C51Grad
 from rlrun.models.q_networks import QMLPConfig
 from rlrun.policy.policy import LossOutput, Policy
 from rlrun.sources.plugins import load_builtins
-from tests.conftest import assert_a_nan_reward_leaves_the_weights
+from tests.conftest import (
+    assert_a_nan_reward_leaves_the_weights,
+    assert_the_same_dqn_step,
+    autograd_step,
+    dqn_policy_with_another_target,
+)
 
 load_builtins()
 OBS, ACT = gym.spaces.Box(-2, 2, (3, 2), np.float32), gym.spaces.Discrete(3)
@@ -32,11 +37,7 @@ def policy(hand: bool, *, dueling: bool = True, double_q: bool = True, noisy: bo
     a = DQNConfig(double_q=double_q, hand_gradient=hand, learning_starts=0, sgd_minibatch_size=64,
                   training_intensity=4.0, grad_clip=10.0, target_network_update_freq=10**9,
                   prioritized_replay=prioritized)
-    p = make_policy("dqn", OBS, ACT, model_config=m, algo_config=a, seed=0)
-    with torch.no_grad():  # a target net other than the online net, so double Q's choice matters
-        for t in p.state.target_model.parameters():
-            t.add_(0.1 * torch.randn(t.shape, generator=torch.Generator().manual_seed(t.numel())))
-    return p
+    return dqn_policy_with_another_target(OBS, ACT, m, a, seed=0)
 
 
 def minibatch(n: int = 64, weights: bool = False, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -51,12 +52,6 @@ def minibatch(n: int = 64, weights: bool = False, seed: int = 1) -> dict[str, to
         mb[SB.WEIGHTS] = torch.rand(n, generator=g) + 0.1
     return mb
 
-
-def autograd_step(p: Policy, mb: dict[str, torch.Tensor]) -> LossOutput:
-    p.optimizer.zero_grad()
-    out = p.loss_fn(p, p.model, p.dist_class, mb)
-    out.total.backward()
-    return out
 
 
 CASES = list(itertools.product([True, False], [True, False], [True, False], [False, True], ["relu", "tanh"]))
@@ -76,15 +71,7 @@ def test_the_hand_gradient_equals_autograds(dueling, double_q, noisy, weights, a
     out = hand.hand_gradient(mb)
     torch.manual_seed(7)
     out_ref = autograd_step(ref, mb_ref)
-    assert float(out.total) == pytest.approx(float(out_ref.total), rel=1e-5)
-    torch.testing.assert_close(mb[SB.TD_ERROR], mb_ref[SB.TD_ERROR], rtol=1e-5, atol=1e-6)
-    for k in ("q_mean", "target_mean"):
-        assert float(out.stats[k]) == pytest.approx(float(out_ref.stats[k]), rel=1e-5, abs=1e-6)
-    for (name, p), q in zip(hand.model.named_parameters(), ref.model.parameters(), strict=True):
-        assert p.grad is not None and q.grad is not None, name
-        scale = float(q.grad.abs().max())
-        assert scale > 0, name  # every parameter gets a gradient (the test would miss a dropped one)
-        torch.testing.assert_close(p.grad, q.grad, rtol=2e-5, atol=1e-6 * scale, msg=name)
+    assert_the_same_dqn_step(hand, ref, out, out_ref, mb, mb_ref)
 
 
 def test_without_the_same_noise_the_gradients_differ():

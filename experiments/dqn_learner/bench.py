@@ -164,9 +164,10 @@ def main() -> None:
         w = csv.DictWriter(f, list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    only = "" if args.only == list(SETTINGS) else " --only " + " ".join(f'"{w}"' for w in args.only)
     lines = [f"# DQN learner updates per second, {time.strftime('%Y-%m-%d')}", "",
              f"`python experiments/dqn_learner/bench.py --repeats {args.repeats} --threads "
-             f"{' '.join(map(str, args.threads))}` (128-row minibatches, 4-256-256-2 MLP; median of "
+             f"{' '.join(map(str, args.threads))}{only}` (128-row minibatches, 4-256-256-2 MLP; median of "
              f"{args.repeats} processes of {UPDATES:,} updates each).", "",
              "| setting | torch threads | updates/s, median | runs | / SB3 | / SB3, same repeat (median) |",
              "| --- | --- | --- | --- | --- | --- |"]

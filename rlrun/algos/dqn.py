@@ -163,7 +163,7 @@ def project_distribution(probs: torch.Tensor, rewards: torch.Tensor, discounts: 
     b = (tz - v_min) / dz  # fractional atom index in [0, n - 1]
     floor = b.floor()
     # an exact atom (b == floor) keeps all of its mass: weight 1 to floor, 0 to floor + 1 (clamped to
-    # the last atom); no boolean masks (their index_put is most of the projection's time). Indices are
+    # the last atom); no boolean masks (each a nonzero and an index_put, ~16 us apiece here). Indices are
     # clamped so that a NaN reward gives a NaN loss (stopped before the step), not an indexing error.
     lower = floor.long().clamp_(0, n - 1)
     upper = (lower + 1).clamp_(max=n - 1)

@@ -165,7 +165,8 @@ class NumpyQ:
     """Q-values of the built-in ``q_mlp`` in numpy, on views of its parameters: dueling or not,
     expected Q-values or C51's atoms, plain or noisy heads. DQN acts on one row per sub-env per step:
     with 1 sub-env the torch forward pass of the 256x256 net cost ~275 us of a ~324 us env step here,
-    a third of ``dqn_cartpole``'s wall time (Rainbow's noisy C51 heads cost more ops still)."""
+    a third of ``dqn_cartpole``'s wall time. ``rainbow_cartpole``'s noisy C51 heads: 155 against 384 us
+    a call in torch (one row, exploring; medians of 5 interleaved blocks of 2,000 calls)."""
 
     def __init__(self, model: Any) -> None:
         self.act = _NUMPY_ACT[model._act]
