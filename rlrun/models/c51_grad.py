@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeGuard, cast
 import torch
 from torch import nn
 
-from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, grad_buffer, torso_backward, torso_forward
+from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Torso, flat, grad_buffer
 from rlrun.models.noisy import NoisyLinear, scaled_noise
 from rlrun.models.q_networks import QMLPModel
 
@@ -83,13 +83,11 @@ class C51Grad:
     parameters in place (optimizer steps and ``load_state_dict`` write them in place)."""
 
     def __init__(self, model: QMLPModel) -> None:
-        self.layers: list[nn.Linear] = model._layers
-        self.relu = model._act is torch.relu
+        self.torso = Torso(model._layers, model._act is torch.relu)
         self.adv = cast(nn.Linear | NoisyLinear, model.adv_head)  # supports() checked both heads' types
         self.v = cast(nn.Linear | NoisyLinear | None, model.v_head)
         self.num_actions, self.num_atoms = model.num_actions, model.num_atoms
         self.support = model.support
-        self._bufs = Buffers()
 
     @staticmethod
     def supports(model: Any, trains: bool = True) -> TypeGuard[QMLPModel]:
@@ -117,14 +115,10 @@ class C51Grad:
         w = (w3 - w3.mean(0, keepdim=True) + wv).view(a * n, -1)
         return Head(w, (b2 - b2.mean(0, keepdim=True) + bv).view(-1), adv_noise, v_noise)
 
-    def _torso(self, x: torch.Tensor, key: str) -> list[torch.Tensor]:
-        widths = [la.out_features for la in self.layers]
-        return torso_forward(self.layers, self.relu, x, self._bufs.get(key, [(len(x), w) for w in widths]))
-
     @torch.no_grad()
     def logits(self, obs: torch.Tensor, head: Head, key: str = "eval") -> tuple[list[torch.Tensor], torch.Tensor]:
         """The torso's activations and the atoms' logits ``[N, A, num_atoms]`` of observations ``[N, ...]``."""
-        hs = self._torso(obs.reshape(len(obs), -1).float(), key)
+        hs = self.torso.forward(flat(obs), key)
         z = torch.addmm(head.bias, hs[-1], head.weight.t())
         return hs, z.view(len(obs), self.num_actions, self.num_atoms)
 
@@ -168,7 +162,4 @@ class C51Grad:
             _set_grads(self.adv, (dw3 - dw3.mean(0, keepdim=True)).view(a * n, -1),
                        (db2 - db2.mean(0, keepdim=True)).view(-1), head.adv_noise)
             _set_grads(self.v, dw3.sum(0), db2.sum(0), head.v_noise)
-        widths = [la.out_features for la in self.layers]
-        shapes = [(len(dz), w) for w in widths]
-        dzs, dhs = self._bufs.get("dz", shapes), self._bufs.get("dh", shapes)
-        torso_backward(self.layers, self.relu, hs, torch.mm(dz, head.weight, out=dhs[-1]), dzs, dhs)
+        self.torso.backward(hs, dz, head.weight, "train")

@@ -1,6 +1,6 @@
-"""What the hand-derived gradients (``q_mlp_grad`` for DQN, ``twin_q_grad`` for SAC) share: an MLP
-torso's forward and backward pass without autograd, into buffers kept between updates (a freshly
-allocated 128 KB activation is a fresh mmap whose pages fault in on first touch), for ReLU or tanh.
+"""What the hand-derived gradients (``q_mlp_grad`` and ``c51_grad`` for DQN, ``twin_q_grad`` for SAC)
+share: an MLP torso's forward and backward pass without autograd, into buffers kept between updates (a
+freshly allocated 128 KB activation is a fresh mmap whose pages fault in on first touch), for ReLU or tanh.
 """
 
 from __future__ import annotations
@@ -61,3 +61,32 @@ def torso_backward(layers: list[nn.Linear], relu: bool, hs: list[torch.Tensor], 
         torch.sum(dz, 0, out=grad_buffer(layer.bias))
         if i:
             dh = torch.mm(dz, layer.weight, out=dhs[i - 1])
+
+
+def flat(obs: torch.Tensor) -> torch.Tensor:
+    """Observations ``[N, *obs_shape]`` as the float32 rows ``[N, obs_size]`` a torso takes."""
+    return obs.reshape(len(obs), -1).float()
+
+
+class Torso:
+    """An MLP torso (``nn.Linear`` layers, ReLU or tanh) run without autograd, reading its parameters
+    in place (optimizer steps and ``load_state_dict`` write them in place), into its own buffers."""
+
+    def __init__(self, layers: list[nn.Linear], relu: bool) -> None:
+        self.layers, self.relu = layers, relu
+        self.bufs = Buffers()
+
+    def _shapes(self, rows: int) -> list[tuple[int, int]]:
+        return [(rows, la.out_features) for la in self.layers]
+
+    def forward(self, x: torch.Tensor, key: str) -> list[torch.Tensor]:
+        """The input ``x [N, in]`` and every layer's activations ``[N, width]``, in the buffers named
+        ``key`` (overwritten by the next call with the same key and row count)."""
+        return torso_forward(self.layers, self.relu, x, self.bufs.get(key, self._shapes(len(x))))
+
+    def backward(self, hs: list[torch.Tensor], d_out: torch.Tensor, w_out: torch.Tensor, key: str) -> None:
+        """Back-propagate ``d_out [N, out]``, the gradient at the outputs of the linear map ``w_out
+        [out, width]`` on the last activations of ``hs`` (from ``forward``), into the layers' ``.grad``."""
+        shapes = self._shapes(len(d_out))
+        dzs, dhs = self.bufs.get(key + "/dz", shapes), self.bufs.get(key + "/dh", shapes)
+        torso_backward(self.layers, self.relu, hs, torch.mm(d_out, w_out, out=dhs[-1]), dzs, dhs)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypeGuard, cast
 import torch
 from torch import nn
 
-from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, grad_buffer, torso_backward, torso_forward
+from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Torso, flat, grad_buffer
 from rlrun.models.q_networks import QMLPModel
 
 
@@ -37,11 +37,9 @@ class QMLPGrad:
     (optimizer steps and ``load_state_dict`` write them in place, so nothing is ever copied)."""
 
     def __init__(self, model: QMLPModel) -> None:
-        self.layers: list[nn.Linear] = model._layers
-        self.relu = model._act is torch.relu
+        self.torso = Torso(model._layers, model._act is torch.relu)
         self.adv = cast(nn.Linear, model.adv_head)  # supports() checked both heads' types
         self.v = cast(nn.Linear | None, model.v_head)  # dueling: the state value's head
-        self._bufs = Buffers()
 
     @staticmethod
     def supports(model: Any, trains: bool = True) -> TypeGuard[QMLPModel]:
@@ -53,19 +51,6 @@ class QMLPGrad:
         heads_linear = type(model.adv_head) is nn.Linear and (model.v_head is None or type(model.v_head) is nn.Linear)
         params = list(model.parameters())
         return heads_linear and all(p.dtype == torch.float32 and (p.requires_grad or not trains) for p in params)
-
-    def _buffers(self, key: str, rows: int, widths: list[int]) -> list[torch.Tensor]:
-        return self._bufs.get(key, [(rows, w) for w in widths])
-
-    def _torso(self, x: torch.Tensor, key: str) -> list[torch.Tensor]:
-        """The input and every hidden layer's activations ``[N, width]``, in the buffers named ``key``
-        (overwritten by the next call with the same key and row count)."""
-        widths = [la.out_features for la in self.layers]
-        return torso_forward(self.layers, self.relu, x, self._buffers(key, len(x), widths))
-
-    @staticmethod
-    def _flat(obs: torch.Tensor) -> torch.Tensor:
-        return obs.reshape(len(obs), -1).float()
 
     @torch.no_grad()
     def head(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,7 +66,7 @@ class QMLPGrad:
         """Q-values ``[N, num_actions]`` of observations ``[N, *obs_shape]`` (a new tensor); ``head``:
         this step's ``head()``, if the caller has it."""
         w, b = head or self.head()
-        return torch.addmm(b, self._torso(self._flat(obs), "eval")[-1], w.t())
+        return torch.addmm(b, self.torso.forward(flat(obs), "eval")[-1], w.t())
 
     @torch.no_grad()
     def td_gradient(self, obs: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor,
@@ -90,8 +75,7 @@ class QMLPGrad:
         """Set every parameter's ``.grad`` to the gradient of ``mean_i w_i * L(Q(s_i, a_i) - y_i)``,
         L the Huber loss with threshold ``huber_delta`` (``<= 0``: ``0.5 * d^2``), ``w_i`` = 1 without
         ``weights``. ``obs [B, *obs_shape]``, ``actions [B]`` (integers), ``targets [B]``."""
-        x = self._flat(obs)
-        hs = self._torso(x, "train")
+        hs = self.torso.forward(flat(obs), "train")
         w, b = head or self.head()
         q = torch.addmm(b, hs[-1], w.t())
         a = actions.long().unsqueeze(1)
@@ -116,6 +100,4 @@ class QMLPGrad:
             torch.sub(db, db.mean(), out=grad_buffer(self.adv.bias))
             torch.sum(dw, 0, keepdim=True, out=grad_buffer(self.v.weight))
             torch.sum(db, 0, keepdim=True, out=grad_buffer(self.v.bias))
-        widths = [la.out_features for la in self.layers]
-        dzs, dhs = self._buffers("dz", len(dq), widths), self._buffers("dh", len(dq), widths)
-        torso_backward(self.layers, self.relu, hs, torch.mm(dq, w, out=dhs[-1]), dzs, dhs)
+        self.torso.backward(hs, dq, w, "train")

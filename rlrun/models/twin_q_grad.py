@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from rlrun.models.distributions import SquashedGaussian
-from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, act_backward, grad_buffer, torso_backward, torso_forward
+from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, Torso, act_backward, flat, grad_buffer
 from rlrun.models.twin_q import CriticStack, TwinQModel
 
 
@@ -53,7 +53,7 @@ class TwinQGrad:
     reading their parameters in place (optimizer steps and the Polyak step write them in place)."""
 
     def __init__(self, model: TwinQModel, target: Any) -> None:
-        self.layers: list[nn.Linear] = model._layers
+        self.actor = Torso(model._layers, model._act is torch.relu)
         self.head: nn.Linear = model.head
         self.critics: CriticStack = model.critics
         self.target_critics: CriticStack = target.critics
@@ -76,9 +76,7 @@ class TwinQGrad:
     # ------------------------------------------------------------------ forward passes
     def _actor(self, obs: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The actor's input and hidden activations (in the buffers named ``key``) and its outputs [B, 2A]."""
-        x = obs.reshape(len(obs), -1).float()
-        bufs = self._bufs.get(key, [(len(x), la.out_features) for la in self.layers])
-        hs = torso_forward(self.layers, self.relu, x, bufs)
+        hs = self.actor.forward(flat(obs), key)
         return hs, torch.addmm(self.head.bias, hs[-1], self.head.weight.t())
 
     @staticmethod
@@ -101,7 +99,7 @@ class TwinQGrad:
         return gs, (gs[-1] * stack.out_weight).sum(-1) + stack.out_bias
 
     def _sa(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([obs.reshape(len(obs), -1).float(), unit_actions.reshape(len(unit_actions), -1)], dim=-1)
+        return torch.cat([flat(obs), unit_actions.reshape(len(unit_actions), -1)], dim=-1)
 
     # ------------------------------------------------------------------ backward passes
     def _critic_backward(self, gs: list[torch.Tensor], dq: torch.Tensor, key: str,
@@ -131,9 +129,7 @@ class TwinQGrad:
     def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
         torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
         torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
-        shapes = [(len(d_out), la.out_features) for la in self.layers]
-        dzs, dhs = self._bufs.get("actor/dz", shapes), self._bufs.get("actor/dh", shapes)
-        torso_backward(self.layers, self.relu, hs, torch.mm(d_out, self.head.weight, out=dhs[-1]), dzs, dhs)
+        self.actor.backward(hs, d_out, self.head.weight, "actor")
 
     # ------------------------------------------------------------------ the update
     @torch.no_grad()
