@@ -111,6 +111,14 @@ def test_an_env_id_gymnasium_retired_is_mapped_to_its_successor_and_said_once():
     assert sum("Pendulum" in n for n in tr.notes) == 1
 
 
+def test_keys_accepted_without_use_are_listed_nested_ones_included():
+    config = {"framework": "tf", "replay_buffer_config": {"type": "MultiAgentReplayBuffer", "capacity": 5000,
+                                                          "worker_side_prioritization": False}}
+    tr = translate({"run": "DQN", "env": "CartPole-v1", "config": config}, "d")
+    assert sorted(tr.ignored) == ["framework", "replay_buffer_config.worker_side_prioritization"]
+    assert "algo.replay_capacity=5000" in tr.overrides and "algo.prioritized_replay=false" in tr.overrides
+
+
 def test_grid_search_becomes_a_sweep_over_the_rlrun_key():
     spec = {"run": "PPO", "env": "CartPole-v1", "config": {"lr": {"grid_search": [0.001, 0.0003]},
                                                              "model": {"fcnet_hiddens": [32]}}}

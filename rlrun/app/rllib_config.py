@@ -155,6 +155,7 @@ class Context:
     run: str
     env: str  # the gymnasium id
     notes: list[str]
+    ignored: list[str] = field(default_factory=list)  # nested keys accepted without use (listed once)
 
 
 def _to(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Handler:
@@ -263,7 +264,9 @@ def _replay(v: Any, ctx: Context) -> Pairs:
                   "prioritized_replay_eps": "algo.prioritized_replay_eps"}.get(k)
         if target and (ctx.run == "DQN" or "prioritized" not in target):
             out.append((target, x))
-        elif k not in IGNORED and k != "type":
+        elif k in IGNORED and k != "type":
+            ctx.ignored.append(f"replay_buffer_config.{k}")
+        elif k != "type":
             raise ConfigError(f"config.replay_buffer_config.{k}: not supported; supported: capacity, learning_starts, "
                               "type, prioritized_replay_alpha/beta/eps")
     return out

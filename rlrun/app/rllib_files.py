@@ -83,7 +83,7 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
     grid = _grid(user)
     config = _merge(_merge(RLLIB_DEFAULTS["common"], RLLIB_DEFAULTS[run]), user)
     env = env_id(user.get("env", spec.get("env")), tr.notes, f"{name}.env")
-    ctx = Context(run, env, tr.notes)
+    ctx = Context(run, env, tr.notes, tr.ignored)
     groups = list(ALGOS[run])
     pairs: list[tuple[str, Any]] = [("env.id", env), ("tracking.experiment_name", name)]
     for key, value in config.items():
