@@ -1,3 +1,5 @@
+import pytest
+
 from rlrun.algos.algorithm import make_policy
 from rlrun.app.cli import compose
 from rlrun.app.runner import run
@@ -27,8 +29,19 @@ def test_eval_metrics_reported_at_the_interval(tmp_path):
                    "stop.training_iteration=4", "tracking=none", "progress=false", f"output_dir={tmp_path}"])
     r = run(cfg, launch_dir=tmp_path)
     evals = [h.get("eval/num_episodes") for h in r.history]
-    assert evals == [None, 3.0, None, 3.0]
+    assert evals == [None, 3.0, None, 3.0]  # the last iteration was an evaluation's: not evaluated twice
     assert r.metrics["eval/episode_len_mean"] >= 8  # greedy CartPole episodes last at least 8 steps
+
+
+@pytest.mark.parametrize("final", [True, False])
+def test_a_run_stopping_between_evaluations_evaluates_its_last_iteration(tmp_path, final):
+    cfg = compose(["+experiment=dqn_cartpole", "evaluation.interval=2", "evaluation.num_episodes=3",
+                   f"evaluation.final={str(final).lower()}", "stop.training_iteration=3", "tracking=none",
+                   "progress=false", f"output_dir={tmp_path}"])
+    r = run(cfg, launch_dir=tmp_path)
+    evals = [h.get("eval/num_episodes") for h in r.history]
+    assert evals == [None, 3.0, 3.0 if final else None]
+    assert ("eval/episode_return_mean" in r.metrics) is final
 
 
 def test_explore_evaluates_sampled_actions_and_greedy_evaluation_repeats_itself():

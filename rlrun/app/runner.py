@@ -294,11 +294,15 @@ def _loop(ctx: RunContext, trainer: Trainer) -> None:
     """Iterate until a stop criterion is met; after each iteration the run's hooks (rlrun/app/run_hooks.py:
     record it in the history and MLflow, show progress, periodic checkpoints)."""
     hooks = build_run_hooks(ctx.cfg)
+    ev = ctx.cfg.evaluation
     while True:
         ctx.result = trainer.train()
+        met = stop_reason(ctx.cfg.stop, ctx.result)
+        if met and ev.final and ev.interval and trainer.iteration % ev.interval:
+            # the run's last policy evaluated too (as the final checkpoint holds it), recorded with its iteration
+            ctx.result.update(trainer.evaluate().metrics())
         for hook in hooks:
             hook.after_iteration(ctx, trainer, ctx.result)
-        met = stop_reason(ctx.cfg.stop, ctx.result)
         if met:
             ctx.reason = met
             return

@@ -147,6 +147,7 @@ class EvaluationConfig:
     interval: int = 0  # evaluate every N iterations (0: never); greedy actions on separate envs
     num_episodes: int = 10
     num_envs: int = 5
+    final: bool = True  # with an interval: evaluate the stopping iteration too, if it was not one of them
 
 
 @dataclass
