@@ -1,7 +1,8 @@
 """SAC (or TD3) on HalfCheetah-v5 for 200k env steps: rlrun's preset against Stable-Baselines3 with
 the same (rl-zoo3) hyperparameters, same session. The two runs go side by side, each on one torch
 thread (a 2-core machine: one core each, so both see the same load; run them one after the other
-with --one-by-one). Both evaluate greedily every 10,240 env steps (10 episodes on 10 envs).
+with --one-by-one). Both evaluate greedily every 10,240 env steps and at the last one (10 episodes on
+10 envs; rlrun's final evaluation: ``evaluation.final``, on by default since 2026-11-28).
 
 Measured: the greedy return at each evaluation (the learning curve), the return at 200k env steps,
 and the wall time per 10k env steps once learning has started (from 20k to the end), which is most
