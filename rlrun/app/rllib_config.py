@@ -264,9 +264,11 @@ def _replay(v: Any, ctx: Context) -> Pairs:
                   "prioritized_replay_eps": "algo.prioritized_replay_eps"}.get(k)
         if target and (ctx.run == "DQN" or "prioritized" not in target):
             out.append((target, x))
-        elif k in IGNORED and k != "type":
+        elif k == "type":
+            pass  # read above
+        elif k in IGNORED:
             ctx.ignored.append(f"replay_buffer_config.{k}")
-        elif k != "type":
+        else:
             raise ConfigError(f"config.replay_buffer_config.{k}: not supported; supported: capacity, learning_starts, "
                               "type, prioritized_replay_alpha/beta/eps")
     return out

@@ -57,7 +57,7 @@ class TwinQGrad:
         self.head: nn.Linear = model.head
         self.critics: CriticStack = model.critics
         self.target_critics: CriticStack = target.critics
-        self.relu = model._act is torch.relu
+        self.relu = self.actor.relu  # the critics use the model's activation too
         self.model = model
         self._bufs = Buffers()
 
