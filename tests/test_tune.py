@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +49,16 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
     """``argv`` in a loopback-only namespace (its pid is the command's: unshare and sh exec it)."""
     proc = subprocess.Popen(isolated(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # Ctrl-C: rlrun stops its trials and its Ray instance (tested below)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{argv[2:]} ran past {timeout} s; stopped:\n{out[-2000:]}\n{err[-2000:]}")
     return subprocess.CompletedProcess(argv, proc.returncode, out, err), proc.pid
 
 
@@ -58,7 +68,8 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     # trials. Tune's asynchronous PBT skips an exploit while the chosen top trial has no checkpoint saved at a
     # check of its own: with three rounds (every 2048 steps) no exploit happened in one fresh-clone run of 2026-11-27
     p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
-                            "stop.timesteps_total=8192", "tune.perturbation_interval=1024", "progress=false"], tmp_path)
+                            "stop.timesteps_total=8192", "tune.perturbation_interval=1024", "progress=false",
+                            "evaluation.interval=3", "evaluation.num_episodes=2"], tmp_path)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     assert p.stdout.count("rlrun: trial ") == 4 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
     # the private Ray instance (its temp dir rlrun-ray-<pid>-*: rlrun/sources/ray_instance.py), the trials'
@@ -93,6 +104,10 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
         files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(r.info.run_id, tune_ckpts[-1])}
         assert {"meta.json", "config.yaml"} <= files, files
         assert r.data.tags["rlrun.stop_reason"].startswith("timesteps_total"), r.data.tags  # its own stop ended it
+        # evaluation.final: the trial's last iteration evaluated too (8 iterations, an evaluation every 3)
+        evals = [m.step for m in client.get_metric_history(r.info.run_id, "eval/episode_return_mean")]
+        last = max(m.step for m in client.get_metric_history(r.info.run_id, "timesteps_total"))
+        assert evals and evals[-1] == last, (evals, last)
 
 
 @pytest.mark.ray

@@ -294,18 +294,24 @@ def _loop(ctx: RunContext, trainer: Trainer) -> None:
     """Iterate until a stop criterion is met; after each iteration the run's hooks (rlrun/app/run_hooks.py:
     record it in the history and MLflow, show progress, periodic checkpoints)."""
     hooks = build_run_hooks(ctx.cfg)
-    ev = ctx.cfg.evaluation
     while True:
         ctx.result = trainer.train()
         met = stop_reason(ctx.cfg.stop, ctx.result)
-        if met and ev.final and ev.interval and trainer.iteration % ev.interval:
-            # the run's last policy evaluated too (as the final checkpoint holds it), recorded with its iteration
-            ctx.result.update(trainer.evaluate().metrics())
+        if met:
+            evaluate_last(ctx.cfg, trainer, ctx.result)
         for hook in hooks:
             hook.after_iteration(ctx, trainer, ctx.result)
         if met:
             ctx.reason = met
             return
+
+
+def evaluate_last(cfg: RunConfig, trainer: Trainer, result: dict[str, Any]) -> None:
+    """``evaluation.final``: a run whose last iteration falls between two evaluations evaluates its last
+    policy too (as the final checkpoint holds it), into that iteration's ``result``."""
+    ev = cfg.evaluation
+    if ev.final and ev.interval and trainer.iteration % ev.interval:
+        result.update(trainer.evaluate().metrics())
 
 
 def finish_run(ctx: RunContext, final_checkpoint: bool = True) -> None:

@@ -147,12 +147,15 @@ class RLrunTrainable(tune.Trainable):
         return [o for o in tr.overrides if not o.lstrip("+").startswith("stop.")]
 
     def step(self) -> dict[str, Any]:
-        from rlrun.app.runner import stop_reason
+        from rlrun.app.runner import evaluate_last, stop_reason
 
         ctx = self.ctx
         assert ctx.trainer is not None
         try:
             ctx.result = ctx.trainer.train()
+            met = stop_reason(ctx.cfg.stop, ctx.result) if self.own_stop else None
+            if met:  # (Tune's own stop and its schedulers end a trial after this step: not known here)
+                evaluate_last(ctx.cfg, ctx.trainer, ctx.result)
             for hook in self.hooks:
                 hook.after_iteration(ctx, ctx.trainer, ctx.result)
         except BaseException as e:  # Tune reports it and stops the trial: its MLflow run says why
@@ -166,7 +169,6 @@ class RLrunTrainable(tune.Trainable):
         for rllib, ours in RLLIB_NAMES.items():
             if ours in result:
                 result[rllib] = result[ours]
-        met = stop_reason(ctx.cfg.stop, ctx.result) if self.own_stop else None
         if met:  # the trial's end: its record complete now (final checkpoint, model, curve, run ended), not
             # when Tune stops or caches the actor (at the end of a population Tune kills actors after 10 s)
             ctx.reason = met
