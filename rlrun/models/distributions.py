@@ -148,10 +148,12 @@ class SquashedGaussian(ActionDistribution):
         a, logp, _ = self.sample_logp_noise(generator)
         return a, logp
 
-    def sample_logp_noise(self, generator: torch.Generator | None = None
+    def sample_logp_noise(self, generator: torch.Generator | None = None, noise: torch.Tensor | None = None
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``sample_logp``'s sample and log-probability, and the standard normal noise it drew."""
-        noise = torch.randn(self.mean.shape, generator=generator)
+        """``sample_logp``'s sample and log-probability, and the standard normal noise it drew (or
+        was given: ``noise``, of the means' shape)."""
+        if noise is None:
+            noise = torch.randn(self.mean.shape, generator=generator)
         u = self.mean + self.std * noise
         a = torch.tanh(u)
         # log N(u) - sum log(1 - tanh(u)^2), the latter as 2 (log 2 - u - softplus(-2u)): stable for large |u|
