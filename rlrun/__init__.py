@@ -42,6 +42,7 @@ _EXPORTS = {
     "Policy": "rlrun.policy.policy", "PolicySpec": "rlrun.policy.policy", "LossOutput": "rlrun.policy.policy",
     "TorchBatch": "rlrun.policy.policy", "LearnerState": "rlrun.policy.policy", "ActionOutput": "rlrun.policy.policy",
     "DEFAULT_POLICY_ID": "rlrun.policy.policy", "HeuristicPolicy": "rlrun.policy.policy_map",
+    "Stage": "rlrun.policy.loss", "StagedLoss": "rlrun.policy.loss",
     "Algorithm": "rlrun.algos.algorithm", "register_algorithm": "rlrun.algos.algorithm",
     "make_policy": "rlrun.algos.algorithm", "COLLECTED_COLUMNS": "rlrun.algos.algorithm",
     # RLlib's classic functional API: a loss (and postprocess/stats/optimizer functions) -> a policy

@@ -13,9 +13,11 @@ from rlrun.algos.sac import ActorCriticState, sac_loss
 from rlrun.algos.td3 import td3_loss
 from rlrun.app.cli import compose
 from rlrun.app.runner import run
+from rlrun.core.errors import PluginError
 from rlrun.core.registry import MODELS
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.distributions import SquashedGaussian
+from rlrun.policy.loss import Stage, StagedLoss
 from rlrun.sources.plugins import load_builtins
 
 from .conftest import run_cli, without_module
@@ -95,6 +97,52 @@ def test_each_sac_loss_term_reaches_only_its_own_parameters():
         assert any(_grads(p.model.critic_parameters())) == critic, term
         assert (st.log_alpha.grad is not None and float(st.log_alpha.grad) != 0) == alpha, term
     assert set(out.stats) == {"alpha", "q_mean", "target_mean", "entropy"}
+
+
+def _params(p):
+    return [*p.model.parameters(), p.state.log_alpha]
+
+
+@pytest.mark.parametrize("hand", [True, False])
+def test_an_update_steps_the_critics_before_the_actors_term_is_computed(hand):
+    """SB3's and CleanRL's order: the actor's term passes through the critics after this update's critic
+    step. One update equals those two stages done by hand, and differs from every term on the critics
+    before the step (RLlib's order)."""
+    tb = {k: torch.from_numpy(v) for k, v in _batch().items()}
+    keys = {"learning_starts": 0, "hand_gradient": hand}
+    p, staged, together = _policy(algo_keys=keys), _policy(algo_keys=keys), _policy(algo_keys=keys)
+    assert (p.hand_gradient is not None) == hand and [g for _, g in p.stages] == [("critic",), ("actor", "alpha")]
+    for q in (p, staged, together):
+        q.optimizer.set_lr(q.config.lr)
+    for _ in range(3):  # (Adam's first step is lr x the gradient's sign: the orders part from the second)
+        stats = p.learn_on_minibatch(dict(tb))
+        for stage in sac_loss.stages:
+            staged.optimizer.zero_grad()
+            stage.loss_fn(staged, staged.model, staged.dist_class, dict(tb)).total.backward()
+            staged.optimizer.step(stage.groups + stage.optional)
+        together.optimizer.zero_grad()
+        sac_loss(together, together.model, together.dist_class, dict(tb)).total.backward()
+        together.optimizer.step()
+    assert {"train/loss/critic", "train/loss/actor", "train/loss/alpha", "train/q_mean", "train/entropy"} <= set(stats)
+    for a, b in zip(_params(p), _params(staged), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(p.model.critic_parameters(), together.model.critic_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the critic stage is the same either way
+    assert not torch.allclose(p.model.head.weight, together.model.head.weight, rtol=1e-5, atol=1e-6)
+
+
+def test_a_staged_loss_names_groups_the_optimizer_has():
+    def critic(policy, model, dist_class, batch):
+        return sac_loss.stages[0].loss_fn(policy, model, dist_class, batch)
+
+    typo = StagedLoss(Stage(critic, ("critc",)))
+    with pytest.raises(PluginError, match=r"loss.name: loss 'sac' steps optimizer groups \['critc'\] in stages; "
+                                          r"algo 'sac' has groups \['actor', 'alpha', 'critic'\]"):
+        make_policy("sac", OBS, ACT, algo_config=get_algorithm("sac").config_cls(), loss_fn=typo)
+    with pytest.raises(PluginError, match=r"algo 'ppo' has one optimizer"):
+        make_policy("ppo", OBS, ACT, loss_fn=StagedLoss(Stage(critic, ("critic",))))
+    with pytest.raises(ValueError, match="each naming the optimizer groups"):
+        StagedLoss(Stage(critic, ()))
 
 
 def test_sac_learns_with_its_own_rate_per_group_and_moves_the_target_critics_by_tau():

@@ -55,28 +55,37 @@ CASES = list(itertools.product(["relu", "tanh"], [None, 0.2], [2, 1], [([32, 24]
 
 @pytest.mark.parametrize(("activation", "alpha", "num_critics", "hiddens"), CASES)
 def test_the_hand_gradient_equals_autograds(activation, alpha, num_critics, hiddens):
+    """Each stage's hand-derived gradient against autograd's of the same stage, on the same weights and
+    the same noise draws (no step between the stages here)."""
     p = policy(True, activation=activation, alpha=alpha, num_critics=num_critics, hiddens=hiddens)
-    assert p.hand_gradient is not None
+    assert isinstance(p.hand_gradient, tuple) and len(p.hand_gradient) == len(p.stages) == 2
     mb = minibatch()
     start = p.generator.get_state()
-    out = p.hand_gradient(dict(mb))
-    hand = [None if t.grad is None else t.grad.clone() for t in parameters(p)]
-    for t in parameters(p):
-        t.grad = None
+    outs, hand = [], []
+    for fn in p.hand_gradient:
+        for t in parameters(p):
+            t.grad = None
+        outs.append(fn(dict(mb)))
+        hand.append([None if t.grad is None else t.grad.clone() for t in parameters(p)])
     p.generator.set_state(start)  # the same noise draws, in the same order
-    ref = p.loss_fn(p, p.model, p.dist_class, dict(mb))
-    ref.total.backward()
-    assert float(out.total) == pytest.approx(float(ref.total.detach()), rel=1e-5)
-    for k in ("critic", "actor", "alpha"):
-        assert float(out.terms[k]) == pytest.approx(float(ref.terms[k].detach()), rel=1e-5, abs=1e-6), k
-    for k in ("alpha", "q_mean", "target_mean", "entropy"):
-        assert float(out.stats[k]) == pytest.approx(float(ref.stats[k].detach()), rel=1e-5, abs=1e-6), k
-    for t, h in zip(parameters(p), hand, strict=True):
-        if t.grad is None:  # a fixed temperature: log alpha gets no gradient either way
-            assert h is None and alpha is not None
-            continue
-        assert h is not None
-        torch.testing.assert_close(h, t.grad, rtol=2e-5, atol=1e-6)
+    for (loss_fn, _), out, grads in zip(p.stages, outs, hand, strict=True):
+        for t in parameters(p):
+            t.grad = None
+        ref = loss_fn(p, p.model, p.dist_class, dict(mb))
+        ref.total.backward()
+        assert float(out.total) == pytest.approx(float(ref.total.detach()), rel=1e-5)
+        assert set(out.terms) == set(ref.terms) and set(out.stats) == set(ref.stats)
+        for k in out.terms:
+            assert float(out.terms[k]) == pytest.approx(float(ref.terms[k].detach()), rel=1e-5, abs=1e-6), k
+        for k in out.stats:
+            assert float(out.stats[k]) == pytest.approx(float(ref.stats[k].detach()), rel=1e-5, abs=1e-6), k
+        for t, h in zip(parameters(p), grads, strict=True):
+            if t.grad is None:  # a parameter this stage does not reach (or a fixed temperature)
+                assert h is None or not h.any()
+                continue
+            assert h is not None
+            torch.testing.assert_close(h, t.grad, rtol=2e-5, atol=1e-6)
+    assert {k for o in outs for k in o.terms} == {"critic", "actor", "alpha"}
     clamped = p.model(mb[SB.OBS]).dist_inputs[:, 3:].detach()
     assert (clamped > 2.0).any() and (clamped < 2.0).any()  # the log-std clamp's both sides were exercised
 

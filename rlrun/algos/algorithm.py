@@ -13,7 +13,8 @@
 - ``async_broadcast_interval(config)``: None for synchronous sampling; else the learner takes
   whatever fragments arrived and a worker gets new weights every N-th of its fragments (APPO).
 - ``hand_gradient(policy)``: the loss's gradient without autograd where the algorithm has one for
-  the policy's loss and model (DQN: ``dqn_td`` on ``q_mlp``; SAC: ``sac`` on ``twin_q_mlp``), else None: autograd.
+  the policy's loss and model (DQN: ``dqn_td`` on ``q_mlp``; SAC: ``sac`` on ``twin_q_mlp``, one function a
+  stage of its ``StagedLoss``), else None: autograd.
 - ``provides_columns`` / ``metrics``: checked against the loss's needs and the ``stop`` keys
   before anything runs.
 
@@ -40,7 +41,7 @@ from rlrun.models.distributions import default_distribution
 from rlrun.policy.policy import (
     DEFAULT_POLICY_ID,
     ActionFn,
-    GradientFn,
+    HandGradient,
     LossFn,
     Policy,
     PolicySpec,
@@ -90,7 +91,7 @@ class Algorithm:
     check_model: Callable[[nn.Module], str | None] | None = None  # what its model lacks (a problem), else None
     default_model: str = "mlp"  # the model make_policy builds when given none
     # the loss's gradient without autograd for the (loss, model) pairs it knows, else None (Policy.learn_on_minibatch)
-    hand_gradient: Callable[[Policy], GradientFn | None] | None = None
+    hand_gradient: Callable[[Policy], HandGradient | None] | None = None
 
 
 def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space,

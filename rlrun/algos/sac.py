@@ -5,9 +5,10 @@ learned towards ``target_entropy`` (default -|A|) or fixed (``algo.alpha``).
 Dataflow per iteration, as DQN's: sample ``train_batch_size`` env steps (uniformly random actions
 until ``learning_starts``; n-step targets on the worker) -> add them to the replay buffer -> once
 ``learning_starts`` rows are stored, ``training_intensity x env steps / sgd_minibatch_size`` updates
-on uniform minibatches. One update is one loss (critic + actor + temperature terms, each reaching
-only its own parameters) and one step of each group's optimizer (``algo.lr`` for the actor,
-``critic_lr``, ``alpha_lr``), then a Polyak step of the target critics - as RLlib's SAC does it.
+on uniform minibatches. One update is the loss in two stages (``rlrun.policy.loss.StagedLoss``): the
+critic term and a step of the critics' optimizer (``critic_lr``), then the actor and temperature terms on
+the stepped critics and a step of their optimizers (``algo.lr``, ``alpha_lr``) - the order of SB3's and
+CleanRL's SAC (RLlib's takes every term before any step) - then a Polyak step of the target critics.
 
 The off-policy machinery here (replay, target nets, grouped optimizers, the update loop) is TD3's too
 (``rlrun/algos/td3.py``): ``ActorCriticState`` and ``actor_critic_learn``.
@@ -35,6 +36,7 @@ from rlrun.data.postprocessing import add_nstep
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
 from rlrun.models.twin_q_grad import TwinQGrad
+from rlrun.policy.loss import Stage, StagedLoss
 from rlrun.policy.optim import Groups, make_optimizer
 from rlrun.policy.policy import ActionOutput, GradientFn, LearnerState, LossOutput, Policy, TorchBatch
 
@@ -181,15 +183,10 @@ class SACLossConfig(LossConfig):
     name: str = "sac"
 
 
-@LOSSES.register(
-    "sac", config=SACLossConfig, requires=REPLAY_COLUMNS,
-    terms=("critic", "actor", "alpha"), stats=("alpha", "q_mean", "target_mean", "entropy"),
-)
-def sac_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch) -> LossOutput:
-    """critic: 0.5 sum_i (Q_i(s, a) - [R_n + gamma^n (min_i Q'_i(s', a') - alpha log pi(a'|s'))])^2,
-    a' ~ pi(s'); actor: alpha log pi(a~|s) - min_i Q_i(s, a~) (critics held fixed); temperature:
-    -log alpha (log pi(a~|s) + target_entropy)."""
-    cfg = policy.config_as(SACConfig)
+def sac_critic_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution],
+                    batch: TorchBatch) -> LossOutput:
+    """The critic stage: 0.5 sum_i (Q_i(s, a) - [R_n + gamma^n (min_i Q'_i(s', a') - alpha log pi(a'|s'))])^2,
+    a' ~ pi(s')."""
     st = policy.state_as(ActorCriticState)
     m: Any = model
     alpha = alpha_of(policy, st)
@@ -199,26 +196,46 @@ def sac_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
         target_model: Any = st.target_model
         q_next = target_model.q(next_obs, a2).min(0).values - alpha * logp2
         target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
-    obs = batch[SB.OBS]
-    q = m.q(obs, m.to_unit(batch[SB.ACTIONS]))
+    q = m.q(batch[SB.OBS], m.to_unit(batch[SB.ACTIONS]))
     critic = 0.5 * (q - target).pow(2).mean(-1).sum()
+    return LossOutput(critic, {"critic": critic}, {"q_mean": q.detach().mean(), "target_mean": target.mean()})
+
+
+def sac_actor_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution],
+                   batch: TorchBatch) -> LossOutput:
+    """The actor stage, on the critics the critic stage stepped: actor alpha log pi(a~|s) - min_i Q_i(s, a~),
+    a~ ~ pi(s) (the critics' weights held fixed); temperature -log alpha (log pi(a~|s) + target_entropy)."""
+    cfg = policy.config_as(SACConfig)
+    st = policy.state_as(ActorCriticState)
+    m: Any = model
+    alpha = alpha_of(policy, st)
+    obs = batch[SB.OBS]
     a, logp = SquashedGaussian(model(obs).dist_inputs).sample_logp(policy.generator)
     actor = (alpha * logp - m.q(obs, a, detach=True).min(0).values).mean()
-    total = critic + actor
+    total = actor
     alpha_loss = torch.zeros(())
     if cfg.alpha is None:
         goal = cfg.target_entropy if cfg.target_entropy is not None else -float(a.shape[-1])
         alpha_loss = -(st.log_alpha * (logp.detach() + goal)).mean()
         total = total + alpha_loss
-    return LossOutput(total, {"critic": critic, "actor": actor, "alpha": alpha_loss},
-                      {"alpha": alpha, "q_mean": q.detach().mean(), "target_mean": target.mean(),
-                       "entropy": -logp.detach().mean()})
+    return LossOutput(total, {"actor": actor, "alpha": alpha_loss}, {"alpha": alpha, "entropy": -logp.detach().mean()})
 
 
-def sac_hand_gradient(policy: Policy) -> GradientFn | None:
-    """The ``sac`` loss on the built-in ``twin_q_mlp``, its gradient derived by hand
-    (rlrun/models/twin_q_grad.py): the same losses, draws and statistics as ``sac_loss``, no autograd
-    graph. None (autograd) for another loss or model, or with ``algo.hand_gradient: false``."""
+# The critics step before the actor's term is computed, as Stable-Baselines3, CleanRL and TD3's authors
+# order an update (RLlib's SAC takes every term on the critics before their step). On HalfCheetah-v5, seed 0,
+# 200k env steps: 6,766 in this order against 6,212-6,401 in RLlib's (experiments/continuous_control).
+sac_loss = StagedLoss(
+    Stage(sac_critic_loss, ("critic",)), Stage(sac_actor_loss, ("actor",), optional=("alpha",)),
+    doc="SAC's loss in two stages: the critics' (stepped first), then the actor's and the temperature's.",
+)
+LOSSES.add("sac", sac_loss, config=SACLossConfig, requires=REPLAY_COLUMNS, terms=("critic", "actor", "alpha"),
+           stats=("alpha", "q_mean", "target_mean", "entropy"))
+
+
+def sac_hand_gradient(policy: Policy) -> tuple[GradientFn, GradientFn] | None:
+    """The ``sac`` loss on the built-in ``twin_q_mlp``, each stage's gradient derived by hand
+    (rlrun/models/twin_q_grad.py): the same losses, draws and statistics as ``sac_loss``'s stages, no
+    autograd graph. None (autograd) for another loss or model, or with ``algo.hand_gradient: false``."""
     cfg, st = policy.config_as(SACConfig), policy.state_as(ActorCriticState)
     if not cfg.hand_gradient or policy.loss_fn is not sac_loss or not TwinQGrad.supports(policy.model, st.target_model):
         return None
@@ -226,15 +243,17 @@ def sac_hand_gradient(policy: Policy) -> GradientFn | None:
     dims = int(np.prod(policy.action_space.shape or (1,)))
     goal = cfg.target_entropy if cfg.target_entropy is not None else -float(dims)
 
-    def sac_gradient(batch: TorchBatch) -> LossOutput:
-        alpha = alpha_of(policy, st)
-        s = grad.gradient(batch, REPLAY_COLUMNS, alpha, st.log_alpha if cfg.alpha is None else None, goal,
-                          policy.generator)
-        terms = {"critic": s.critic, "actor": s.actor, "alpha": s.alpha_loss}
-        return LossOutput(s.critic + s.actor + s.alpha_loss, terms,
-                          {"alpha": alpha, "q_mean": s.q_mean, "target_mean": s.target_mean, "entropy": s.entropy})
+    def critic_gradient(batch: TorchBatch) -> LossOutput:
+        s = grad.critic_gradient(batch, REPLAY_COLUMNS, alpha_of(policy, st), policy.generator)
+        return LossOutput(s.critic, {"critic": s.critic}, {"q_mean": s.q_mean, "target_mean": s.target_mean})
 
-    return sac_gradient
+    def actor_gradient(batch: TorchBatch) -> LossOutput:
+        alpha = alpha_of(policy, st)
+        s = grad.actor_gradient(alpha, st.log_alpha if cfg.alpha is None else None, goal)
+        return LossOutput(s.actor + s.alpha_loss, {"actor": s.actor, "alpha": s.alpha_loss},
+                          {"alpha": alpha, "entropy": s.entropy})
+
+    return critic_gradient, actor_gradient
 
 
 def polyak(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:

@@ -12,8 +12,9 @@ updates each against the code before): the actor's passes at s' and at s as one 
 actor term's backward through each row's minimum critic only (half of a pass through every critic):
 median 10.14 against 11.19 ms an update (0.95x, median of the pairs' ratios; faster in 5 of 5 pairs).
 
-The loss, as ``rlrun.algos.sac.sac_loss`` computes it (B rows, C critics, a' ~ pi(s'), a~ ~ pi(s),
-both reparameterised u = mean + std * noise, a = tanh(u)):
+The loss, as ``rlrun.algos.sac.sac_loss`` computes it in two stages (B rows, C critics, a' ~ pi(s'),
+a~ ~ pi(s), both reparameterised u = mean + std * noise, a = tanh(u)); the Policy steps the critics between
+them, so the actor's term passes through the stepped critics (``critic_gradient``, then ``actor_gradient``):
   critic: 0.5 sum_c mean_b (Q_c(s, a) - y)^2,  y = R_n + gamma^n (min_c Q'_c(s', a') - alpha log pi(a'|s'))
   actor:  mean_b (alpha log pi(a~|s) - min_c Q_c(s, a~)), the critics' weights held fixed
   alpha:  -log alpha * mean_b (log pi(a~|s) + target_entropy)
@@ -33,14 +34,19 @@ from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, Torso, act_backward
 from rlrun.models.twin_q import CriticStack, TwinQModel
 
 
-class SACStep(NamedTuple):
-    """What one hand-derived SAC gradient step computed: each loss term, and the statistics of ``sac``."""
+class CriticStep(NamedTuple):
+    """What the hand-derived critic stage computed: its loss and the statistics of ``sac_critic_loss``."""
 
     critic: torch.Tensor
-    actor: torch.Tensor
-    alpha_loss: torch.Tensor
     q_mean: torch.Tensor
     target_mean: torch.Tensor
+
+
+class ActorStep(NamedTuple):
+    """What the hand-derived actor stage computed: its loss terms and ``sac_actor_loss``'s entropy."""
+
+    actor: torch.Tensor
+    alpha_loss: torch.Tensor
     entropy: torch.Tensor
 
 
@@ -64,6 +70,8 @@ class TwinQGrad:
         self.relu = self.actor.relu  # the critics use the model's activation too
         self.model = model
         self._bufs = Buffers()
+        # what the critic stage keeps for the actor stage: obs, the actor's activations at s, the samples, B
+        self._pending: tuple[torch.Tensor, list[torch.Tensor], _Sample, int] | None = None
 
     @staticmethod
     def supports(model: Any, target: Any) -> TypeGuard[TwinQModel]:
@@ -152,31 +160,42 @@ class TwinQGrad:
         torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
         self.actor.backward(hs, d_out, self.head.weight, "actor")
 
-    # ------------------------------------------------------------------ the update
+    # ------------------------------------------------------------------ the update, in two stages
     @torch.no_grad()
-    def gradient(self, batch: dict[str, torch.Tensor], columns: tuple[str, str, str, str, str],
-                 alpha: torch.Tensor, log_alpha: torch.Tensor | None, target_entropy: float,
-                 generator: torch.Generator) -> SACStep:
-        """Set the ``.grad`` of every actor and critic parameter (and of ``log_alpha`` when the
-        temperature is learned) to the gradient of the ``sac`` loss on ``batch``. ``columns``: the
-        batch's keys of obs, actions, n-step next obs, n-step rewards, n-step discounts."""
+    def critic_gradient(self, batch: dict[str, torch.Tensor], columns: tuple[str, str, str, str, str],
+                        alpha: torch.Tensor, generator: torch.Generator) -> CriticStep:
+        """The critic stage: set the critics' ``.grad`` to the gradient of ``sac_critic_loss`` on ``batch``.
+        ``columns``: the batch's keys of obs, actions, n-step next obs, n-step rewards, n-step discounts. It
+        also samples the actor at s for the actor stage (the actor does not change between the stages)."""
         obs_k, act_k, next_k, rew_k, disc_k = columns
         obs, next_obs = batch[obs_k], batch[next_k]
         n = len(obs)
         # the actor at s' and at s in one pass of 2n rows (one call a layer and one sampling, not two), its
-        # samples drawn as sac_loss draws them: at s' first, then at s
+        # samples drawn as sac_loss's stages draw them: at s' first, then at s
         hs, out = self._actor(torch.cat([flat(next_obs), flat(obs)]), "actor")
         both = self._sample(out, n, generator)
-        a_next, logp_next, a_cur, logp = both.a[:n], both.logp[:n], both.a[n:], both.logp[n:]
         # the target
-        _, q_target = self._critic(self.target_critics, self._sa(next_obs, a_next), "target")
-        q_next = q_target.amin(0) - alpha * logp_next
+        _, q_target = self._critic(self.target_critics, self._sa(next_obs, both.a[:n]), "target")
+        q_next = q_target.amin(0) - alpha * both.logp[:n]
         target = torch.addcmul(batch[rew_k], batch[disc_k], q_next)
         # critics
         gs, q = self._critic(self.critics, self._sa(obs, self.model.to_unit(batch[act_k])), "critic")
         err = q - target
         critic = 0.5 * err.pow(2).mean(-1).sum()
-        # actor: its sample at s through the critics (their weights fixed)
+        self._critic_backward(gs, err.div_(n))
+        self._pending = (obs, [h[n:] for h in hs], both, n)
+        return CriticStep(critic, q.mean(), target.mean())
+
+    @torch.no_grad()
+    def actor_gradient(self, alpha: torch.Tensor, log_alpha: torch.Tensor | None, target_entropy: float) -> ActorStep:
+        """The actor stage, after ``critic_gradient`` and the critics' step: set the actor's ``.grad`` (and
+        ``log_alpha``'s when the temperature is learned) to the gradient of ``sac_actor_loss``, its sample at s
+        passed through the stepped critics."""
+        if self._pending is None:
+            raise RuntimeError("TwinQGrad.actor_gradient runs after critic_gradient, on the same minibatch")
+        obs, hs, both, n = self._pending
+        self._pending = None
+        a_cur, logp = both.a[n:], both.logp[n:]
         gs_pi, q_pi = self._critic(self.critics, self._sa(obs, a_cur), "actor_q")
         q_min, which = q_pi.min(0)
         actor = (alpha * logp - q_min).mean()
@@ -184,11 +203,10 @@ class TwinQGrad:
         if log_alpha is not None:
             alpha_loss = -(log_alpha * (logp + target_entropy)).mean()
             log_alpha.grad = -(logp + target_entropy).mean()
-        self._critic_backward(gs, err.div_(n))
         da = self._min_critic_backward(gs_pi, which, -1.0 / n)
         # a = tanh(u), u = mean + std * noise; d logp / du = 2 tanh(u) = 2 a; d logp / d log_std = -1
         scale = alpha / n
         du = da * (1.0 - a_cur * a_cur) + (2.0 * scale) * a_cur
         d_log_std = (du * both.noise[n:] * both.std[n:] - scale) * both.in_range[n:]
-        self._actor_backward([h[n:] for h in hs], torch.cat([du, d_log_std], dim=-1))  # the rows at s
-        return SACStep(critic, actor, alpha_loss, q.mean(), target.mean(), -logp.mean())
+        self._actor_backward(hs, torch.cat([du, d_log_std], dim=-1))  # the rows at s
+        return ActorStep(actor, alpha_loss, -logp.mean())

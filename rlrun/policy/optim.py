@@ -152,9 +152,15 @@ class Groups:
         for opt in self.groups.values():
             opt.zero_grad()
 
-    def step(self) -> None:
-        for opt in self.groups.values():
-            opt.step()
+    def step(self, names: tuple[str, ...] | None = None) -> None:
+        """Step every group, or only those ``names`` (a staged loss's stage)."""
+        for k, opt in self.groups.items():
+            if names is None or k in names:
+                opt.step()
+
+    def params(self, names: tuple[str, ...]) -> list[torch.Tensor]:
+        """The parameters of the groups ``names``."""
+        return [p for k in names for p in optimizer_params(self.groups[k])]
 
     def state_dict(self) -> dict[str, Any]:
         return {k: opt.state_dict() for k, opt in self.groups.items()}
@@ -177,3 +183,11 @@ def set_lr(optimizer: Optimizer, lr: float) -> None:
         return
     for group in getattr(optimizer, "param_groups", []):
         group["lr"] = lr
+
+
+def optimizer_params(optimizer: Optimizer) -> list[torch.Tensor]:
+    """The parameters an optimizer steps (rlrun's Adam, or any ``torch.optim`` optimizer)."""
+    params = getattr(optimizer, "params", None)
+    if params is not None:
+        return list(params)
+    return [p for g in getattr(optimizer, "param_groups", []) for p in g["params"]]

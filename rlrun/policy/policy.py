@@ -6,7 +6,8 @@ classes are generated at run time. A loss is ``loss_fn(policy, model, dist_class
 LossOutput`` where ``train_batch`` maps column names to torch tensors (one minibatch); it reads typed
 settings with ``policy.config_as(PPOConfig)``, ``policy.loss_config_as(...)`` and
 ``policy.state_as(KLState)``. The optimizer step lives in one place: ``step_gradients`` (after autograd's
-``backward`` in ``apply_gradients``, or after an algorithm's ``hand_gradient`` for a loss and model it knows).
+``backward`` in ``apply_gradients``, or after an algorithm's ``hand_gradient`` for a loss and model it knows),
+once per stage of a ``StagedLoss`` (``loss.py``: SAC's critics step before its actor's term is computed).
 
 Every worker and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs have one
 policy, ``default_policy``.
@@ -14,6 +15,7 @@ policy, ``default_policy``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -26,7 +28,8 @@ import torch
 from torch import nn
 
 from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
-from rlrun.core.errors import NonFiniteLossError, PluginError  # NonFiniteLossError: re-exported
+from rlrun.core.errors import NonFiniteLossError as NonFiniteLossError  # re-exported
+from rlrun.core.errors import PluginError
 from rlrun.core.metrics import DEFAULT_POLICY_ID as DEFAULT_POLICY_ID  # re-exported
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
 from rlrun.data.batch import SampleBatch
@@ -36,20 +39,15 @@ from rlrun.models.check import check_model_output
 from rlrun.models.distributions import ActionDistribution, default_distribution
 from rlrun.models.numpy_actor import NumpyActor
 from rlrun.models.sequences import SEQ_ROWS, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
-from rlrun.policy.optim import Optimizer, make_optimizer, set_lr
+from rlrun.policy.loss import GradientFn as GradientFn  # re-exported
+from rlrun.policy.loss import HandGradient as HandGradient
+from rlrun.policy.loss import LossOutput as LossOutput
+from rlrun.policy.loss import TorchBatch as TorchBatch
+from rlrun.policy.loss import as_float, checked_total, non_finite, stages_of
+from rlrun.policy.optim import Groups, Optimizer, make_optimizer, set_lr
 
-TorchBatch = dict[str, torch.Tensor]
 # Batches that come through Ray's object store are read-only numpy views; learning only reads them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-
-
-class LossOutput(NamedTuple):
-    """A loss's result: the scalar to minimise, its named terms (logged as ``train/loss/<name>``) and
-    extra statistics (logged as ``train/<name>``)."""
-
-    total: torch.Tensor
-    terms: Mapping[str, torch.Tensor | float] = {}
-    stats: Mapping[str, torch.Tensor | float] = {}
 
 
 class ActionOutput(NamedTuple):
@@ -65,8 +63,6 @@ LossFn = Callable[["Policy", nn.Module, type[ActionDistribution], TorchBatch], L
 PostprocessFn = Callable[["Policy", SampleBatch, np.ndarray], SampleBatch]
 # (policy, obs [B, ...], explore) -> actions; replaces sampling from the action distribution
 ActionFn = Callable[["Policy", np.ndarray, bool], ActionOutput]
-# a loss's gradient derived by hand for the models it knows: sets each parameter's .grad, returns the loss
-GradientFn = Callable[[TorchBatch], LossOutput]
 C = TypeVar("C")
 
 
@@ -110,7 +106,7 @@ class PolicyHooks(Protocol):
     @property
     def needs_next_obs(self) -> bool: ...
     @property
-    def hand_gradient(self) -> Callable[[Policy], GradientFn | None] | None: ...
+    def hand_gradient(self) -> Callable[[Policy], HandGradient | None] | None: ...
 
 
 @dataclass
@@ -163,6 +159,8 @@ class Policy:
         self.state: LearnerState = hooks.make_state(self)
         # the loss's gradient without autograd, where the algorithm has one for this loss and model (else None)
         self.hand_gradient = hooks.hand_gradient(self) if hooks.hand_gradient is not None else None
+        # (loss function, optimizer groups it steps; None: all) in order: one stage, or a StagedLoss's
+        self.stages = stages_of(loss_fn, self.optimizer, self.hand_gradient, spec.loss.name, hooks.name)
         self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
                                                 spec.observation_filter_clip)
         # the built-in MLP + categorical or Gaussian acts in numpy (1.2-2.7x faster at 64 to 1 rows: numpy_actor.py)
@@ -305,38 +303,42 @@ class Policy:
                 yield sequence_minibatch(tb, starts, lens, seqs)
 
     def learn_on_minibatch(self, mbatch: TorchBatch, lr: float | None = None) -> dict[str, float]:
-        """One loss evaluation and optimizer step; its stats (``train/loss/*``, ``train/*``), not averaged."""
+        """One loss evaluation and optimizer step (one a stage, in order, for a ``StagedLoss``); its stats
+        (``train/loss/*``, ``train/*``), not averaged."""
         hand = self.hand_gradient if SEQ_ROWS not in mbatch else None
+        hands = hand if isinstance(hand, tuple) else (hand,) * len(self.stages)
         model = SequenceView(self.model, mbatch) if SEQ_ROWS in mbatch else self.model
-        out = hand(mbatch) if hand is not None else self.loss_fn(self, model, self.dist_class, mbatch)
-        if not isinstance(out, LossOutput) or not isinstance(out.total, torch.Tensor) or out.total.dim() != 0:
-            got = f"a total of shape {tuple(out.total.shape)}" if isinstance(out, LossOutput) and isinstance(
-                out.total, torch.Tensor) else f"a {type(out).__name__}"
-            raise PluginError(f"loss.name: loss '{self.loss_config.name}' returned {got}; a loss returns "
-                              "LossOutput(total=<scalar tensor>, terms, stats)")
-        total = float(out.total.detach())
-        if not math.isfinite(total):  # stop before the step: the weights stay as they were
-            raise NonFiniteLossError(f"train/loss/total is {total} at env step {self.global_timestep:,} (algo.lr "
-                                     f"{self.current_lr() if lr is None else lr:g}); the policy was not updated. "
-                                     "A smaller algo.lr or an algo.grad_clip usually helps")
-        grad_norm = self.step_gradients() if hand is not None else self.apply_gradients(out.total)
-        stats = {"train/loss/total": total, "train/grad_norm": grad_norm}
-        stats.update({f"train/loss/{k}": _num(v) for k, v in out.terms.items()})
-        stats.update({f"train/{k}": _num(v) for k, v in out.stats.items()})
+        totals, norms = list[float](), list[float]()
+        stats: dict[str, float] = {}
+        for (loss_fn, groups), fn in zip(self.stages, hands, strict=True):
+            out = fn(mbatch) if fn is not None else loss_fn(self, model, self.dist_class, mbatch)
+            total = checked_total(out, self.loss_config.name)
+            if not math.isfinite(total):  # stop before the step: the weights stay as they were
+                raise non_finite(total, out, groups if totals else None, self.global_timestep,
+                                 self.current_lr() if lr is None else lr)
+            norms.append(self.step_gradients(groups) if fn is not None else self.apply_gradients(out.total, groups))
+            totals.append(total)
+            stats.update({f"train/loss/{k}": as_float(v) for k, v in out.terms.items()})
+            stats.update({f"train/{k}": as_float(v) for k, v in out.stats.items()})
+        stats = {"train/loss/total": math.fsum(totals), "train/grad_norm": math.hypot(*norms), **stats}
         self.num_rows_trained += len(next(iter(mbatch.values()))) if mbatch else 0
         return stats
 
-    def apply_gradients(self, loss: torch.Tensor) -> float:
-        """zero_grad -> backward -> clip (``grad_clip``) -> step; returns the pre-clip grad norm."""
+    def apply_gradients(self, loss: torch.Tensor, groups: tuple[str, ...] | None = None) -> float:
+        """zero_grad -> backward -> clip (``grad_clip``) -> step (``groups`` only, if named); the pre-clip norm."""
         self.optimizer.zero_grad()
         loss.backward()
-        return self.step_gradients()
+        return self.step_gradients(groups)
 
-    def step_gradients(self) -> float:
-        """Clip the parameters' gradients (``grad_clip``), then step; returns the pre-clip grad norm."""
-        grads = [p.grad for p in self._params if p.grad is not None]
+    def step_gradients(self, groups: tuple[str, ...] | None = None) -> float:
+        """Clip the parameters' gradients (``grad_clip``), then step; returns the pre-clip grad norm. With
+        ``groups`` (a staged loss's stage) only those optimizer groups' parameters."""
+        opt = self.optimizer
+        params, step = (self._params, opt.step) if groups is None or not isinstance(opt, Groups) else (
+            opt.params(groups), functools.partial(opt.step, groups))
+        grads = [p.grad for p in params if p.grad is not None]
         if not grads:
-            self.optimizer.step()
+            step()
             return 0.0
         # clip_grad_norm_'s arithmetic (the same scale factor, bit for bit) without its multiply by 1 when nothing
         # is clipped: 215 -> 53 us a step for SAC's 12 tensors, ~6 % of an update (experiments/continuous_control)
@@ -346,7 +348,7 @@ class Policy:
             coef = clip / (norm + 1e-6)
             if coef < 1.0:
                 torch._foreach_mul_(grads, coef)
-        self.optimizer.step()
+        step()
         return float(norm)
 
     # ------------------------------------------------------------------ state
@@ -393,7 +395,3 @@ def _checked(obj: Any, cls: type[C], what: str) -> C:
     if not isinstance(obj, cls):
         raise TypeError(f"{what} is a {type(obj).__name__}, this code needs a {cls.__name__}")
     return obj
-
-
-def _num(value: torch.Tensor | float) -> float:
-    return float(value.detach() if isinstance(value, torch.Tensor) else value)
