@@ -8,8 +8,12 @@ critics step first and the actor's term then passes its sample through the updat
 Stable-Baselines3's, CleanRL's and TD3's authors' updates (RLlib's SAC computes every term before any step).
 Each stage keeps the usual signature, so a user's staged loss is plain loss functions registered as::
 
-    LOSSES.add("my_sac", StagedLoss(Stage(my_critic_loss, ("critic",)), Stage(my_actor_loss, ("actor", "alpha"))),
+    LOSSES.add("my_sac", StagedLoss(Stage(my_critic_loss, ("critic",)),
+                                    Stage(my_actor_loss, ("actor",), optional=("alpha",))),
                config=..., requires=..., terms=(...), stats=(...))
+
+``algo.grad_clip`` clips each stage's gradients (those of the groups it steps) on their own, as RLlib clips
+per optimizer; ``train/grad_norm`` is the norm over every stage's gradients.
 """
 
 from __future__ import annotations
@@ -70,7 +74,6 @@ class StagedLoss:
     def __call__(self, policy: Any, model: nn.Module, dist_class: type[ActionDistribution],
                  batch: TorchBatch) -> LossOutput:
         return merge_outputs([s.loss_fn(policy, model, dist_class, batch) for s in self.stages])
-
 
 
 def merge_outputs(outs: list[LossOutput]) -> LossOutput:
