@@ -22,7 +22,7 @@ from rlrun.algos.dqn import (
 from rlrun.algos.pg import PGLossConfig, pg_loss
 from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss
 from rlrun.data.batch import SampleBatch as SB
-from rlrun.data.postprocessing import compute_nstep
+from rlrun.data.postprocessing import add_nstep, compute_nstep
 from rlrun.data.replay import ReplayBuffer
 from rlrun.models.base import ModelOutput
 from rlrun.models.distributions import Categorical
@@ -156,6 +156,23 @@ def test_nstep_matches_hand_computed():
     np.testing.assert_array_equal(res.offsets, [3, 2, 1, 2, 1])
     np.testing.assert_allclose(res.discounts, [0, 0, 0, 0.25, 0.5])  # windows into the termination: 0
 
+
+
+@pytest.mark.parametrize("T", [1, 5])
+def test_one_step_columns_are_the_windows_columns(T):
+    """add_nstep's n=1 shortcut gives the columns the general window gives (rewards, discounts, next obs)."""
+    rng = np.random.default_rng(T)
+    frag = {SB.REWARDS: rng.normal(size=(T, 3)).astype(np.float32), SB.TERMINATEDS: rng.random((T, 3)) < 0.3,
+            SB.TRUNCATEDS: rng.random((T, 3)) < 0.2, SB.NEXT_OBS: rng.normal(size=(T, 3, 2)).astype(np.float32)}
+    got = add_nstep(SB(dict(frag)), 1, 0.9)
+    ends = frag[SB.TERMINATEDS] | frag[SB.TRUNCATEDS]
+    ends[-1] = True
+    res = compute_nstep(frag[SB.REWARDS], frag[SB.TERMINATEDS], ends, 1, 0.9)
+    np.testing.assert_array_equal(got[SB.NSTEP_REWARDS], res.rewards)
+    np.testing.assert_array_equal(got[SB.NSTEP_DISCOUNT], res.discounts)
+    assert got[SB.NSTEP_DISCOUNT].dtype == res.discounts.dtype == np.float32
+    np.testing.assert_array_equal(got[SB.NSTEP_NEXT_OBS], frag[SB.NEXT_OBS])
+    assert not np.shares_memory(got[SB.NSTEP_NEXT_OBS], got[SB.NEXT_OBS])
 
 def test_replay_buffer_wraps_around_and_samples_what_it_holds():
     buf = ReplayBuffer(capacity=5, seed=0)

@@ -190,3 +190,33 @@ def test_the_training_return_is_over_metrics_num_episodes_for_smoothing_episodes
     assert one["rollout/episode_return_min"] == one["rollout/episode_return_mean"] == one["rollout/episode_return_max"]
     assert hundred["rollout/episode_return_min"] < hundred["rollout/episode_return_max"]  # same episodes, many of them
     assert one["rollout/episodes_this_iter"] == hundred["rollout/episodes_this_iter"] > 1
+
+
+def test_an_iteration_of_many_rounds_is_those_rounds_as_iterations():
+    """min_sample_timesteps_per_iteration=8 with 1-row rounds (one SAC update per env step): one iteration
+    ends where eight 1-step iterations end, bit for bit, and reports the eight rounds as one."""
+    import numpy as np
+    import torch
+
+    from rlrun import make_trainer
+
+    base = ["+experiment=sac_pendulum", "tracking=none", "algo.train_batch_size=1", "rollout.rollout_fragment_length=1",
+            "algo.learning_starts=3", "evaluation.interval=0"]
+    one = make_trainer([*base, "min_sample_timesteps_per_iteration=8"])
+    many = make_trainer(base)
+    try:
+        got = one.train()
+        steps = [many.train() for _ in range(8)]
+        assert got["training_iteration"] == 1 and steps[-1]["training_iteration"] == 8
+        assert got["timesteps_total"] == got["rollout/env_steps_this_iter"] == steps[-1]["timesteps_total"] == 8
+        for a, b in zip(one.policy.model.state_dict().values(), many.policy.model.state_dict().values(), strict=True):
+            assert torch.equal(a, b)
+        updated = [s for s in steps if "train/loss/critic" in s]
+        assert len(updated) == 6  # rows 3..8 are stored with at least learning_starts rows: one update each
+        assert got["train/num_sgd_steps"] == 6 and got["train/num_updates"] == steps[-1]["train/num_updates"] == 6
+        assert got["train/replay_size"] == 8
+        assert got["train/loss/critic"] == pytest.approx(np.mean([s["train/loss/critic"] for s in updated]))
+        assert got["time/iteration_s"] >= got["time/sample_s"] + got["time/learn_s"]
+    finally:
+        one.stop()
+        many.stop()

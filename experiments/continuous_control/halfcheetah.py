@@ -66,10 +66,10 @@ model.learn(total_timesteps=STEPS, callback=Evaluate())
 """
 
 
-def run_rlrun(algo: str, seed: int, steps: int, threads: int) -> subprocess.Popen[str]:
+def run_rlrun(algo: str, seed: int, steps: int, threads: int, overrides: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     d = tempfile.mkdtemp(prefix="rlrun-hc-")
     cmd = [sys.executable, "-m", "rlrun", f"+experiment={algo}_halfcheetah", f"seed={seed}", f"torch_threads={threads}",
-           f"stop.timesteps_total={steps}", "progress=false", f"output_dir={d}/out"]
+           f"stop.timesteps_total={steps}", "progress=false", *overrides, f"output_dir={d}/out"]
     return subprocess.Popen(cmd, cwd=d, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**ENV, "TMPDIR": d})
 
@@ -128,24 +128,28 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--one-by-one", action="store_true", help="run rlrun, then SB3 (default: side by side)")
+    ap.add_argument("--only", choices=["rlrun", "sb3"], help="run one half (the other from another session or run)")
+    ap.add_argument("--rlrun-override", action="append", default=[], help="a Hydra override for rlrun's half")
     ap.add_argument("--name", default="latest")
     args = ap.parse_args()
+    halves = [args.only] if args.only else ["rlrun", "sb3"]
+    start = {"rlrun": lambda seed: run_rlrun(args.algo, seed, args.steps, args.threads, tuple(args.rlrun_override)),
+             "sb3": lambda seed: run_sb3(args.algo, seed, args.steps, args.threads)}
+    curve_of = {"rlrun": rlrun_curve, "sb3": sb3_curve}
     rows: list[dict[str, object]] = []
     for seed in args.seeds:
         got = {}
         if args.one_by_one:
-            t = time.perf_counter()
-            got["rlrun"] = rlrun_curve(run_rlrun(args.algo, seed, args.steps, args.threads), t)
-            keep(args, "rlrun", seed, got["rlrun"])
-            t = time.perf_counter()
-            got["sb3"] = sb3_curve(run_sb3(args.algo, seed, args.steps, args.threads), t)
+            for who in halves:
+                t = time.perf_counter()
+                got[who] = curve_of[who](start[who](seed), t)
+                keep(args, who, seed, got[who])
         else:
             t = time.perf_counter()
-            pr = run_rlrun(args.algo, seed, args.steps, args.threads)
-            ps = run_sb3(args.algo, seed, args.steps, args.threads)
-            got["rlrun"] = rlrun_curve(pr, t)
-            keep(args, "rlrun", seed, got["rlrun"])  # on disk at once: the other half may take much longer
-            got["sb3"] = sb3_curve(ps, t)
+            procs = {who: start[who](seed) for who in halves}
+            for who in halves:
+                got[who] = curve_of[who](procs[who], t)
+                keep(args, who, seed, got[who])  # on disk at once: the other half may take much longer
         for who, (curve, wall) in got.items():
             row = {"algo": args.algo, "who": who, "seed": seed, "wall_s": round(wall, 1),
                    "s_per_10k": round(per_10k(curve), 1), "final_return": round(curve[-1]["return"], 1),
@@ -163,12 +167,14 @@ def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         w.writeheader()
         w.writerows(rows)
     how = "one after the other" if args.one_by_one else "side by side, one core each"
+    extra = "".join(f" --rlrun-override {o}" for o in args.rlrun_override)
+    extra += f" --only {args.only}" if args.only else ""
     title = f"{args.algo.upper()} on HalfCheetah-v5: rlrun vs SB3 (rl-zoo3 hyperparameters)"
     lines = [f"# {title}, {time.strftime('%Y-%m-%d')}",
              "", f"`python experiments/continuous_control/halfcheetah.py --algo {args.algo} --seeds "
-             f"{' '.join(map(str, args.seeds))} --steps {args.steps}` ({os.cpu_count()} cores; {args.threads} torch "
-             f"thread(s) each, {how}). Greedy return: 10 episodes every 10,240 env steps. Time per 10k env steps: "
-             "from the first evaluation past 20k env steps to the last.", "",
+             f"{' '.join(map(str, args.seeds))} --steps {args.steps}{extra}` ({os.cpu_count()} cores; "
+             f"{args.threads} torch thread(s) each, {how}). Greedy return: 10 episodes every 10,240 env steps. "
+             "Time per 10k env steps: from the first evaluation past 20k env steps to the last.", "",
              "| who | seed | greedy return at the end | env steps | s per 10k env steps | whole run (s) |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:

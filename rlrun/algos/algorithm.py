@@ -82,6 +82,9 @@ class Algorithm:
     learn: LearnFn = learn_on_batch
     async_broadcast_interval: Callable[[AlgoConfig], int] | None = None
     needs_next_obs: bool = False  # workers add NEXT_OBS before postprocessing
+    # postprocess reads last_values (the value of each env copy's observation after the fragment); off-policy
+    # algorithms bootstrap at the learner and skip that forward pass (a 1-step fragment's largest cost)
+    bootstrap_values: bool = True
     provides_columns: tuple[str, ...] = COLLECTED_COLUMNS
     metrics: tuple[str, ...] = ()  # metric names this algorithm reports besides the common ones
     recurrent: bool = False  # its data path carries recurrent state (learns with policy.learn_on_batch on sequences)

@@ -364,7 +364,7 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
 
 DQN = register_algorithm(Algorithm(
     "dqn", DQNConfig, default_loss="dqn_td", postprocess=dqn_postprocess, compute_actions=dqn_actions,
-    make_state=dqn_state, learn=dqn_learn, needs_next_obs=True, hand_gradient=dqn_hand_gradient,
+    make_state=dqn_state, learn=dqn_learn, needs_next_obs=True, bootstrap_values=False, hand_gradient=dqn_hand_gradient,
     provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
     metrics=("train/replay_size", "train/num_target_updates"),
     description="DQN with double Q, dueling heads, n-step returns",

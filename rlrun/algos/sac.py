@@ -308,7 +308,7 @@ OFF_POLICY_COLUMNS = (*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NST
 
 SAC = register_algorithm(Algorithm(
     "sac", SACConfig, default_loss="sac", postprocess=off_policy_postprocess, compute_actions=sac_actions,
-    make_state=sac_state, learn=actor_critic_learn(sac_after_update), needs_next_obs=True,
+    make_state=sac_state, learn=actor_critic_learn(sac_after_update), needs_next_obs=True, bootstrap_values=False,
     hand_gradient=sac_hand_gradient,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",

@@ -127,7 +127,7 @@ def td3_after_update(policy: Policy, state: ActorCriticState) -> None:
 
 TD3 = register_algorithm(Algorithm(
     "td3", TD3Config, default_loss="td3", postprocess=off_policy_postprocess, compute_actions=td3_actions,
-    make_state=td3_state, learn=actor_critic_learn(td3_after_update), needs_next_obs=True,
+    make_state=td3_state, learn=actor_critic_learn(td3_after_update), needs_next_obs=True, bootstrap_values=False,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="TD3 (and DDPG by config): deterministic actor, clipped double Q, delayed updates",
     action_spaces=(gym.spaces.Box,), action_dists=("deterministic",), check_model=actor_critic_problem,

@@ -178,6 +178,9 @@ class RunConfig:
     torch_matmul_precision: str = "highest"
     # rollout/episode_* are over this many of the latest completed episodes (RLlib's key)
     metrics_num_episodes_for_smoothing: int = 100
+    # an iteration repeats sampling train_batch_size rows and learning on them until it has sampled this
+    # many env steps (RLlib's key; 0: once): one update per env step, reported per thousand
+    min_sample_timesteps_per_iteration: int = 0
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
     resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"

@@ -123,6 +123,11 @@ def add_nstep(fragment: SB, n_step: int, gamma: float) -> SB:
     """n-step rewards and discounts, and the observation n steps later, of a time-major fragment
     with NEXT_OBS (NEXT_OBS stays the next one, so recorded data keeps its meaning). Off-policy
     algorithms (DQN, SAC, TD3) learn from these columns."""
+    if n_step == 1:  # the same columns as the window below, without it (a 1-step fragment's second-largest cost)
+        fragment[SB.NSTEP_NEXT_OBS] = fragment[SB.NEXT_OBS].copy()
+        fragment[SB.NSTEP_REWARDS] = fragment[SB.REWARDS].astype(np.float32)
+        fragment[SB.NSTEP_DISCOUNT] = np.where(fragment[SB.TERMINATEDS], 0.0, gamma).astype(np.float32)
+        return fragment
     res = compute_nstep(fragment[SB.REWARDS], fragment[SB.TERMINATEDS], fragment_ends(fragment), n_step, gamma)
     T, B = fragment[SB.REWARDS].shape
     rows = np.minimum(np.arange(T)[:, None] + np.maximum(res.offsets, 1) - 1, T - 1)

@@ -198,5 +198,6 @@ def finish_fragment(policy: Any, frag: SampleBatch, last_obs: np.ndarray, state:
     if policy.needs_next_obs or record_next_obs:  # the dummy row's obs is the final obs
         frag[SB.NEXT_OBS] = np.concatenate([frag[SB.OBS][1:], last_obs[None]], axis=0)
     if last_values is None:
-        last_values = policy.compute_values(last_obs, state)
+        last_values = policy.compute_values(last_obs, state) if policy.hooks.bootstrap_values else \
+            np.zeros(len(last_obs), np.float32)
     return flatten_fragment(policy.postprocess_trajectory(frag, last_values))

@@ -25,7 +25,7 @@ from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.config.multi_agent import policies_to_train
 from rlrun.config.schemas import RunConfig
 from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max, per_policy
-from rlrun.policy.policy import Policy, PolicyMap
+from rlrun.policy.policy import Policy, PolicyMap, average_stats
 from rlrun.sources.callbacks import CallbackList, custom_metric_summary
 from rlrun.sources.offline_input import Experience
 from rlrun.sources.worker_base import make_policy_factory
@@ -105,18 +105,34 @@ class Trainer:
         return stats
 
     def train(self) -> dict[str, float]:
-        """Run one iteration; return counters and metrics."""
+        """Run one iteration; return counters and metrics. An iteration is one round of sampling
+        ``train_batch_size`` rows and learning on them, repeated until it has sampled
+        ``min_sample_timesteps_per_iteration`` env steps (RLlib's key; 0: one round): an off-policy run
+        can take one update per env step (SB3's ``train_freq=1``) and still report, evaluate and
+        record per thousand env steps."""
         t0 = time.perf_counter()
-        batch = self.sample_batch()
-        t1 = time.perf_counter()
-        env_steps = batch.env_steps()
-        self.timesteps_total += env_steps
-        rows_before = sum(p.num_rows_trained for p in self.policies.values())
-        stats = self.learn(batch)
-        rows = sum(p.num_rows_trained for p in self.policies.values()) - rows_before
-        t2 = time.perf_counter()
-        self.workers.sync_weights(self.timesteps_total, broadcast=self.algorithm.async_broadcast_interval is None)
+        env_steps = agent_steps = rows = 0
+        sample_s = learn_s = sync_s = 0.0
+        rounds: list[dict[str, float]] = []
+        while True:
+            a = time.perf_counter()
+            batch = self.sample_batch()
+            b = time.perf_counter()
+            env_steps += batch.env_steps()
+            agent_steps += batch.agent_steps()
+            self.timesteps_total += batch.env_steps()
+            rows_before = sum(p.num_rows_trained for p in self.policies.values())
+            rounds.append(self.learn(batch))
+            rows += sum(p.num_rows_trained for p in self.policies.values()) - rows_before
+            c = time.perf_counter()
+            self.workers.sync_weights(self.timesteps_total,
+                                      broadcast=self.algorithm.async_broadcast_interval is None)
+            d = time.perf_counter()
+            sample_s, learn_s, sync_s = sample_s + b - a, learn_s + c - b, sync_s + d - c
+            if env_steps >= self.cfg.min_sample_timesteps_per_iteration:
+                break
         t3 = time.perf_counter()
+        stats = rounds[0] if len(rounds) == 1 else self._merge_rounds(rounds)
         self.iteration += 1
         self.time_total_s += t3 - t0
         episodes = self.workers.get_metrics()
@@ -129,13 +145,13 @@ class Trainer:
             "episodes_total": self.episodes_total,
             "time_total_s": self.time_total_s,
             **self._episode_metrics(len(episodes.returns)),
-            **self._policy_metrics(episodes.policy_returns or {}, batch),
+            **self._policy_metrics(episodes.policy_returns or {}, agent_steps),
             "rollout/env_steps_this_iter": env_steps,
             "time/env_steps_per_s": env_steps / max(t3 - t0, 1e-9),
-            "time/learn_throughput": rows / max(t2 - t1, 1e-9),
-            "time/sample_s": t1 - t0,
-            "time/learn_s": t2 - t1,
-            "time/sync_weights_s": t3 - t2,
+            "time/learn_throughput": rows / max(learn_s, 1e-9),
+            "time/sample_s": sample_s,
+            "time/learn_s": learn_s,
+            "time/sync_weights_s": sync_s,
             "time/iteration_s": t3 - t0,
             **self._worker_metrics(),
             **custom_metric_summary(episodes.custom or {}),
@@ -146,11 +162,29 @@ class Trainer:
             hook.after_iteration(self, result)
         return result
 
-    def _policy_metrics(self, new: dict[str, list[float]], batch: Any) -> dict[str, float]:
+    def _merge_rounds(self, rounds: list[dict[str, float]]) -> dict[str, float]:
+        """One iteration's learner metrics from its rounds: the mean over the rounds that reported each
+        (losses, Q values, ...); the SGD steps summed; the algorithm's own gauges and counters
+        (``Algorithm.metrics``: replay size, updates so far) and the learning rate as the last round left them."""
+        merged = average_stats(rounds)
+        last: dict[str, float] = {}
+        for got in rounds:
+            last.update(got)
+        pids = self.policies_to_train
+        for name in (*self.algorithm.metrics, "train/lr"):
+            for key in {name, *(per_policy(name, pid) for pid in pids)}:
+                if key in last:
+                    merged[key] = last[key]
+        for key in {per_policy("train/num_sgd_steps", pid) for pid in pids} | {"train/num_sgd_steps"}:
+            if key in merged:
+                merged[key] = sum(got.get(key, 0.0) for got in rounds)
+        return merged
+
+    def _policy_metrics(self, new: dict[str, list[float]], agent_steps: int) -> dict[str, float]:
         """``rollout/<policy>/...``: the episode returns of the agents each named policy acts for."""
         if not self._policy_returns:
             return {}
-        out: dict[str, float] = {"rollout/agent_steps_this_iter": float(batch.agent_steps())}
+        out: dict[str, float] = {"rollout/agent_steps_this_iter": float(agent_steps)}
         for pid, window in self._policy_returns.items():
             out.update({**mean_min_max(f"rollout/{pid}/episode_return", window),
                         f"rollout/{pid}/episodes_this_iter": float(len(new.get(pid, ())))})
