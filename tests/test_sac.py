@@ -205,11 +205,18 @@ def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
 
 @pytest.mark.parametrize(("preset", "hiddens"), [("sac_halfcheetah", [256, 256]), ("td3_halfcheetah", [400, 300])])
 def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, preset, hiddens):
+    preset_cfg = compose([f"+experiment={preset}"])
+    # rl-zoo's cadence: rounds of one env step and one update, reported every 1,024 env steps
+    assert (preset_cfg.algo.train_batch_size, preset_cfg.rollout.rollout_fragment_length,
+            preset_cfg.min_sample_timesteps_per_iteration) == (1, 1, 1024)
     cfg = compose([f"+experiment={preset}", "tracking=none", "progress=false", f"output_dir={tmp_path}",
-                   "algo.learning_starts=64", "stop.timesteps_total=128", "evaluation.interval=0"])
+                   "algo.learning_starts=64", "stop.timesteps_total=128", "evaluation.interval=0",
+                   "min_sample_timesteps_per_iteration=64"])
     assert (cfg.env.id, list(cfg.model.critic_hiddens), cfg.stop["timesteps_total"]) == ("HalfCheetah-v5", hiddens, 128)
     r = run(cfg, launch_dir=tmp_path)
-    assert r.metrics["train/num_updates"] == 128 and np.isfinite(r.metrics["train/loss/critic"])
+    # two iterations of 64 rounds: updates from the 64th stored row on, one a round
+    assert (r.metrics["training_iteration"], r.metrics["timesteps_total"]) == (2, 128)
+    assert r.metrics["train/num_updates"] == 65 and np.isfinite(r.metrics["train/loss/critic"])
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
 
 

@@ -9,7 +9,9 @@ and the wall time per 10k env steps once learning has started (from 20k to the e
 of what a user waits for on MuJoCo. rlrun's run is the CLI as a user types it (its MLflow record
 complete when it returns); SB3's records nothing.
 
-Writes results/<name>.md, results/<name>.csv and results/<name>.png.
+Writes results/<name>.md, results/<name>.csv and results/<name>.png, and each half's curve as soon as
+it ends (results/<name>.<who>-<seed>.json). ``--only rlrun|sb3`` runs one half (e.g. each pinned to a
+core of its own with ``taskset``); ``--combine`` then writes one table and plot from the kept halves.
 
     python experiments/continuous_control/halfcheetah.py --algo sac --seeds 0 --name halfcheetah_sac_2026-11-26
 """
@@ -130,8 +132,13 @@ def main() -> None:
     ap.add_argument("--one-by-one", action="store_true", help="run rlrun, then SB3 (default: side by side)")
     ap.add_argument("--only", choices=["rlrun", "sb3"], help="run one half (the other from another session or run)")
     ap.add_argument("--rlrun-override", action="append", default=[], help="a Hydra override for rlrun's half")
+    ap.add_argument("--combine", nargs="+", type=Path, metavar="JSON",
+                    help="run nothing: one table and plot from halves already kept (results/<name>.<who>-<seed>.json)")
     ap.add_argument("--name", default="latest")
     args = ap.parse_args()
+    if args.combine:
+        write([row_of(args.algo, *kept(path)) for path in args.combine], args)
+        return
     halves = [args.only] if args.only else ["rlrun", "sb3"]
     start = {"rlrun": lambda seed: run_rlrun(args.algo, seed, args.steps, args.threads, tuple(args.rlrun_override)),
              "sb3": lambda seed: run_sb3(args.algo, seed, args.steps, args.threads)}
@@ -150,13 +157,24 @@ def main() -> None:
             for who in halves:
                 got[who] = curve_of[who](procs[who], t)
                 keep(args, who, seed, got[who])  # on disk at once: the other half may take much longer
-        for who, (curve, wall) in got.items():
-            row = {"algo": args.algo, "who": who, "seed": seed, "wall_s": round(wall, 1),
-                   "s_per_10k": round(per_10k(curve), 1), "final_return": round(curve[-1]["return"], 1),
-                   "final_steps": int(curve[-1]["env_steps"]), "curve": json.dumps(curve)}
-            rows.append(row)
-            print({k: v for k, v in row.items() if k != "curve"}, flush=True)
+        for who, result in got.items():
+            rows.append(row_of(args.algo, who, seed, result))
+            print({k: v for k, v in rows[-1].items() if k != "curve"}, flush=True)
     write(rows, args)
+
+
+def row_of(algo: str, who: str, seed: int, result: tuple[list[dict[str, float]], float]) -> dict[str, object]:
+    curve, wall = result
+    return {"algo": algo, "who": who, "seed": seed, "wall_s": round(wall, 1), "s_per_10k": round(per_10k(curve), 1),
+            "final_return": round(curve[-1]["return"], 1), "final_steps": int(curve[-1]["env_steps"]),
+            "curve": json.dumps(curve)}
+
+
+def kept(path: Path) -> tuple[str, int, tuple[list[dict[str, float]], float]]:
+    """A half ``keep`` wrote: its who and seed (from the name ``<name>.<who>-<seed>.json``), curve and wall time."""
+    who, seed = path.name.removesuffix(".json").rsplit(".", 1)[1].rsplit("-", 1)
+    data = json.loads(path.read_text())
+    return who, int(seed), (data["curve"], data["wall_s"])
 
 
 def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
@@ -169,11 +187,14 @@ def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     how = "one after the other" if args.one_by_one else "side by side, one core each"
     extra = "".join(f" --rlrun-override {o}" for o in args.rlrun_override)
     extra += f" --only {args.only}" if args.only else ""
+    command = (f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}{extra}` ({os.cpu_count()} cores; "
+               f"{args.threads} torch thread(s) each, {how})")
+    if args.combine:  # how each half ran is in its own results' table
+        command = f"--combine {' '.join(str(p) for p in args.combine)}` (halves run before, each with its own command)"
     title = f"{args.algo.upper()} on HalfCheetah-v5: rlrun vs SB3 (rl-zoo3 hyperparameters)"
     lines = [f"# {title}, {time.strftime('%Y-%m-%d')}",
-             "", f"`python experiments/continuous_control/halfcheetah.py --algo {args.algo} --seeds "
-             f"{' '.join(map(str, args.seeds))} --steps {args.steps}{extra}` ({os.cpu_count()} cores; "
-             f"{args.threads} torch thread(s) each, {how}). Greedy return: 10 episodes every 10,240 env steps. "
+             "", f"`python experiments/continuous_control/halfcheetah.py --algo {args.algo} {command}. "
+             "Greedy return: 10 episodes every 10,240 env steps. "
              "Time per 10k env steps: from the first evaluation past 20k env steps to the last.", "",
              "| who | seed | greedy return at the end | env steps | s per 10k env steps | whole run (s) |",
              "| --- | --- | --- | --- | --- | --- |"]
