@@ -184,13 +184,14 @@ def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
         w = csv.DictWriter(f, list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    how = "one after the other" if args.one_by_one else "side by side, one core each"
-    extra = "".join(f" --rlrun-override {o}" for o in args.rlrun_override)
-    extra += f" --only {args.only}" if args.only else ""
-    command = (f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}{extra}` ({os.cpu_count()} cores; "
-               f"{args.threads} torch thread(s) each, {how})")
     if args.combine:  # how each half ran is in its own results' table
         command = f"--combine {' '.join(str(p) for p in args.combine)}` (halves run before, each with its own command)"
+    else:
+        how = "one after the other" if args.one_by_one else "side by side, one core each"
+        extra = "".join(f" --rlrun-override {o}" for o in args.rlrun_override)
+        extra += f" --only {args.only}" if args.only else ""
+        command = (f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}{extra}` ({os.cpu_count()} cores; "
+                   f"{args.threads} torch thread(s) each, {how})")
     title = f"{args.algo.upper()} on HalfCheetah-v5: rlrun vs SB3 (rl-zoo3 hyperparameters)"
     lines = [f"# {title}, {time.strftime('%Y-%m-%d')}",
              "", f"`python experiments/continuous_control/halfcheetah.py --algo {args.algo} {command}. "
