@@ -194,36 +194,6 @@ def test_actions_stay_within_the_bounds_random_before_learning_starts_greedy_is_
     assert not np.array_equal(explore, greedy)
 
 
-@pytest.mark.parametrize(("algo", "activation"), [("sac", "relu"), ("td3", "tanh")])
-def test_the_numpy_actor_acts_as_the_torch_actor_through_learning_and_set_weights(algo, activation):
-    """The built-in twin_q_mlp acts in numpy on views of its actor's weights: after updates and after
-    set_weights, its greedy actions are the torch model's (the same tanh of the same outputs, scaled)."""
-    p, other = (_policy(algo, {"learning_starts": 0}, activation=activation) for _ in range(2))
-    with torch.no_grad():
-        for w in other.model.parameters():
-            w.add_(0.1)
-    st = p.state_as(ActorCriticState)
-    assert st.actor is not None
-    p.global_timestep = 10**9
-    obs = np.random.default_rng(1).standard_normal((64, 3)).astype(np.float32)
-    mid, half = (ACT.high + ACT.low) / 2, (ACT.high - ACT.low) / 2
-    before = None
-    for step in ("initial", "learned", "set_weights"):
-        if step == "learned":
-            get_algorithm(algo).learn(p, _batch(300), LearnContext(300, 1))
-        if step == "set_weights":
-            p.set_weights(other.get_weights())
-        with torch.inference_mode():
-            out = p.model(torch.as_tensor(obs)).dist_inputs.numpy()
-        greedy = p.compute_actions(obs, explore=False)
-        np.testing.assert_allclose(greedy.dist_inputs, out, rtol=1e-5, atol=1e-6, err_msg=step)
-        np.testing.assert_allclose(greedy.actions, mid + half * np.tanh(out[:, :2]), rtol=1e-5, atol=1e-6, err_msg=step)
-        assert before is None or not np.allclose(greedy.actions, before), step  # the weights moved
-        before = greedy.actions
-    st.actor = None  # the torch path: the same actions
-    np.testing.assert_allclose(p.compute_actions(obs, explore=False).actions, before, rtol=1e-5, atol=1e-6)
-
-
 def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
     cfg = compose(["+experiment=ddpg_pendulum", "tracking=none", "progress=false", f"output_dir={tmp_path}",
                    "algo.learning_starts=128", "stop.timesteps_total=256", "evaluation.interval=0"])

@@ -35,8 +35,6 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
-from rlrun.models.numpy_actor import NumpyNet
-from rlrun.models.twin_q import TwinQModel
 from rlrun.models.twin_q_grad import TwinQGrad
 from rlrun.policy.loss import Stage, StagedLoss
 from rlrun.policy.optim import Groups, make_optimizer
@@ -84,7 +82,6 @@ class ActorCriticState:
     replay: ReplayBuffer
     log_alpha: torch.Tensor
     num_updates: int = 0
-    actor: NumpyNet | None = None  # acting in numpy (the built-in twin_q_mlp's actor); not state
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
         return {"target_model": self.target_model.state_dict(), "log_alpha": self.log_alpha.detach(),
@@ -136,10 +133,7 @@ def actor_critic_state(policy: Policy, learned_alpha: bool = True) -> ActorCriti
         groups["alpha"] = group([log_alpha], getattr(cfg, "alpha_lr", None))
     policy.optimizer = Groups(groups)
     target = copy.deepcopy(policy.model).requires_grad_(False)
-    m: Any = model
-    actor = (NumpyNet(m._layers, m._act, m.head)
-             if type(model) is TwinQModel and NumpyNet.supports(m._layers, m._act, m.head) else None)
-    return ActorCriticState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), log_alpha, actor=actor)
+    return ActorCriticState(target, ReplayBuffer(cfg.replay_capacity, policy.spec.seed), log_alpha)
 
 
 def sac_state(policy: Policy) -> LearnerState:
@@ -165,21 +159,12 @@ def random_actions(policy: Policy, n: int) -> ActionOutput:
     return _env_actions(policy, unit, np.zeros((n, policy.dist_class.required_inputs(policy.action_space)), np.float32))
 
 
-def actor_outputs(policy: Policy, obs: np.ndarray) -> np.ndarray:
-    """The actor's outputs (the action distribution's inputs) for ``obs``: in numpy for the built-in
-    ``twin_q_mlp`` (``NumpyNet``), else the model's forward pass in torch."""
-    state = policy.state
-    if isinstance(state, ActorCriticState) and state.actor is not None:
-        return state.actor(obs)
-    with torch.inference_mode():
-        return policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
-
-
 def sac_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     """tanh(mean + std * noise) scaled to the bounds; greedy: tanh(mean); uniform before learning starts."""
     if explore and policy.global_timestep < policy.config_as(SACConfig).learning_starts:
         return random_actions(policy, len(obs))
-    di = actor_outputs(policy, obs)
+    with torch.inference_mode():
+        di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
     mean, log_std = np.split(di, 2, axis=-1)
     u = mean
     if explore:

@@ -28,7 +28,6 @@ from rlrun.algos.sac import (
     actor_critic_learn,
     actor_critic_problem,
     actor_critic_state,
-    actor_outputs,
     off_policy_postprocess,
     polyak,
     random_actions,
@@ -60,7 +59,8 @@ def td3_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     cfg = policy.config_as(TD3Config)
     if explore and policy.global_timestep < cfg.learning_starts:
         return random_actions(policy, len(obs))
-    di = actor_outputs(policy, obs)
+    with torch.inference_mode():
+        di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
     a = np.tanh(di)
     if explore and cfg.exploration_noise > 0:
         a = np.clip(a + cfg.exploration_noise * policy.np_rng.standard_normal(a.shape, dtype=np.float32), -1.0, 1.0)

@@ -1,6 +1,5 @@
 """Acting without torch for the built-in ``mlp`` model with a categorical or diagonal Gaussian
-action distribution, for DQN's built-in ``q_mlp`` (``NumpyQ``: plain or Rainbow's heads) and for the
-actor of ``twin_q_mlp`` (``NumpyNet``: SAC, TD3, DDPG).
+action distribution, and for DQN's built-in ``q_mlp`` (``NumpyQ``: plain or Rainbow's heads).
 
 A rollout worker calls the policy once per vector step on a few dozen rows. At that size torch's
 per-op dispatch dominates. Measured here (2-core VM, ``compute_actions`` of the 64x64 ``ppo_cartpole``
@@ -160,29 +159,6 @@ def _gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
 def _std_normal_logp(z: np.ndarray, log_std: np.ndarray) -> np.ndarray:
     """Per row, the diagonal Gaussian's log-density of an action ``z`` standard deviations from the mean."""
     return (-0.5 * z * z - log_std - np.float32(_HALF_LOG_2PI)).sum(axis=1)
-
-
-class NumpyNet:
-    """An MLP's outputs in numpy, on views of its parameters: hidden ``nn.Linear`` layers with a ReLU or
-    tanh, then a linear head. SAC and TD3 act on one row per env step (rl-zoo's cadence: one env step,
-    then one update); there ``twin_q_mlp``'s 256x256 actor cost ~170-350 us a call in torch against
-    ~40 us here (HalfCheetah-v5, one row; experiments/continuous_control)."""
-
-    def __init__(self, layers: list[torch.nn.Linear], act: Any, head: torch.nn.Linear) -> None:
-        self.act = _NUMPY_ACT[act]
-        self.layers = [_views(la) for la in layers]
-        self.head = _views(head)
-
-    @staticmethod
-    def supports(layers: list[Any], act: Any, head: Any) -> bool:
-        """Layers and head ``nn.Linear`` exactly, float32, an activation numpy has."""
-        linear = [*layers, head]
-        return (act in _NUMPY_ACT and all(type(la) is torch.nn.Linear for la in linear)
-                and all(p.dtype == torch.float32 for la in linear for p in la.parameters()))
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, outputs]`` for observations ``[N, ...]``."""
-        return _torso(self.act, self.layers, _flat(obs)) @ self.head[0] + self.head[1]
 
 
 class NumpyQ:
