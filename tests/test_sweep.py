@@ -185,6 +185,22 @@ def test_a_seed_that_stopped_early_holds_its_final_return_in_the_sweep_plot():
     assert ys[0, -1] == 480 and ys[1, -1] == 476 and ys.mean(axis=0)[-1] == 478  # not 476 / 2 + ... nor cut at 2,000
 
 
+def test_a_ray_sweep_waits_for_its_warm_workers_only_where_jobs_may_start_rollout_actors():
+    # the warm-up tasks hold the jobs' CPUs; a job's rollout actor could take one before the next job
+    from omegaconf import OmegaConf
+
+    from rlrun.app.sweep import _jobs_may_start_actors
+
+    def sweep(num_workers: int, *task: str) -> bool:
+        return _jobs_may_start_actors(OmegaConf.create({"rollout": {"num_workers": num_workers},
+                                                        "hydra": {"overrides": {"task": list(task)}}}))
+
+    assert sweep(1, "seed=0,1")  # rollout=ray composed in: every job has actors
+    assert not sweep(0, "+experiment=ppo_cartpole", "seed=0,1", "algo.lr=1e-3,3e-4")
+    assert sweep(0, "+experiment=ppo_cartpole,ppo_multi_cartpole", "seed=0,1")  # an experiment may choose ray
+    assert sweep(0, "rollout=local,ray") and sweep(0, "rollout.num_workers=0,2")
+
+
 @pytest.mark.ray
 def test_ray_launcher_runs_jobs_in_parallel_with_rollout_actors_sharing_the_cpus(tmp_path):
     # 2 jobs at once on a 2-CPU Ray instance; each job holds 0.5 CPU and its one rollout actor 0.5.
