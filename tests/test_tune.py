@@ -246,6 +246,25 @@ def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_pat
     assert classic.data.params["algo.name"] == "MyTuneTrainer" and classic.data.params["loss.name"] == "MyTunePolicy"
 
 
+def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refused_naming_the_key():
+    from rlrun import PPOTrainer
+    from rlrun.app.rllib_files import translate
+    from rlrun.config.typed import ConfigError
+
+    def bundles(config: dict) -> list:
+        return PPOTrainer.default_resource_request(config).bundles
+
+    assert bundles({}) == [{"CPU": 1.0}]
+    assert bundles({"num_cpus_for_driver": 0.5, "num_workers": 2}) == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}]
+    assert bundles({"num_cpus_for_main_process": 0.25}) == [{"CPU": 0.25}]  # RLlib's newest name
+    for bad in (0, -1, "half", True):
+        with pytest.raises(ConfigError, match=f"config.num_cpus_for_driver: .*got {bad!r}"):
+            bundles({"num_cpus_for_driver": bad})
+    # outside Tune it means nothing: accepted and listed as ignored, as RLlib's other resource keys are
+    tr = translate({"run": "PPO", "env": "CartPole-v1", "config": {"num_cpus_for_driver": 0.5}}, "p")
+    assert tr.ignored == ["num_cpus_for_driver"]
+
+
 @pytest.mark.parametrize("args, line", [
     (["tune.num_samples=0"], "tune.num_samples: expected a whole number >= 1, got 0"),
     (["tune.scheduler=hyperband"], "tune.scheduler: 'hyperband' is not one rlrun has"),

@@ -80,13 +80,17 @@ RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10}
 
+# RLlib's names (newest first) for the CPUs of the process that learns: under Ray Tune each trial's own
+# share (``RLrunTrainable.default_resource_request``); outside Tune they mean nothing (listed as ignored)
+DRIVER_CPU_KEYS = ("num_cpus_for_main_process", "num_cpus_for_local_worker", "num_cpus_for_driver")
+
 # keys that only meant something to TensorFlow, to RLlib's own machinery or to its reporting:
 # accepted and listed once as ignored
 IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", "num_cpus_per_worker",
            "num_gpus_per_worker", "tf_session_args", "local_tf_session_args", "min_sample_timesteps_per_reporting",
            "min_time_s_per_iteration", "min_time_s_per_reporting", "timesteps_per_iteration", "soft_horizon",
            "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus", "preprocessor_pref",
-           "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused"}
+           "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused", *DRIVER_CPU_KEYS}
 
 ENV_SUCCESSORS = {"CartPole-v0": "CartPole-v1", "Pendulum-v0": "Pendulum-v1", "MountainCar-v0": "MountainCar-v0",
                   "Acrobot-v0": "Acrobot-v1", "LunarLander-v2": "LunarLander-v3", "LunarLanderContinuous-v2":

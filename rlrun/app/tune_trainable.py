@@ -264,15 +264,25 @@ class RLrunTrainable(tune.Trainable):
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
-        """One CPU for the trial, one per Ray rollout worker (RLlib's ``num_workers``, rlrun's
-        ``rollout.num_workers``)."""
+        """One CPU for the trial (RLlib's ``num_cpus_for_driver`` or its newer names: a share, 0.5 runs two
+        trials a CPU), one per Ray rollout worker (RLlib's ``num_workers``, rlrun's ``rollout.num_workers``)."""
         from ray.tune import PlacementGroupFactory
 
+        from rlrun.app.rllib_config import DRIVER_CPU_KEYS
+
+        own = 1.0
+        for key in DRIVER_CPU_KEYS:
+            if key in config:
+                v = config[key]
+                if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                    raise ConfigError(f"config.{key}: expected a number of CPUs above 0, got {v!r}")
+                own = float(v)
+                break
         workers = config.get("rollout.num_workers", config.get("num_env_runners", config.get("num_workers", 0)))
         if "rlrun" in config and "rollout.num_workers" not in config:
             workers = ((config["rlrun"].get("rollout") or {}).get("num_workers")) or 0
         n = int(workers) if isinstance(workers, int | float) else 0
-        return PlacementGroupFactory([{"CPU": 1.0}] + [{"CPU": 1.0}] * n)
+        return PlacementGroupFactory([{"CPU": own}] + [{"CPU": 1.0}] * n)
 
 
 def trainable(algo: Any) -> type[RLrunTrainable]:
