@@ -103,7 +103,7 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     sweep_dir = Path(config.hydra.sweep.dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     if target is None:
-        wait_for_warm_workers(config, start_ray_early(config, None))
+        start_ray_early(config, None)
         return None
     from rlrun.tracking.tracker import use_shared_writer
 
@@ -123,10 +123,9 @@ def start_sweep(config: DictConfig) -> SweepInfo | None:
     setup = threading.Thread(target=make_parent)  # mlflow's import overlaps Ray's start-up
     setup.start()
     try:
-        warming = start_ray_early(config, address)
+        start_ray_early(config, address)
     finally:
         setup.join()
-    wait_for_warm_workers(config, warming)
     if isinstance(made[0], BaseException):
         raise made[0]
     info = OUTCOME.info = made[0]
@@ -195,18 +194,27 @@ def _in_writer(address: str | None, name: str, kwargs: dict[str, Any]) -> Any:
     return reply.value
 
 
-def start_ray_early(config: DictConfig, writer_address: str | None) -> list[Any]:
+def start_ray_early(config: DictConfig, writer_address: str | None) -> None:
     """With ``hydra/launcher=ray``: start Ray now, with the launcher's own ``ray.init`` settings (the
     launcher then finds it running), and warm one Ray worker per job slot (imports, connection to the
-    shared MLflow writer) while the driver is still setting up; otherwise each waits for the one before.
-    Returns the warm-up tasks (``wait_for_warm_workers``)."""
+    shared MLflow writer) while the driver is still setting up (the parent run is created meanwhile, on
+    another thread); otherwise each waits for the one before.
+
+    Where the jobs start Ray actors of their own (rollout workers), the warm-up tasks are waited for
+    before this returns, so the launcher submits the jobs after them. The tasks hold the jobs' CPUs
+    while they run, and Ray gives a CPU one of them frees to any waiting request - the first job's
+    rollout actor, say, before the second job: on a loaded CI machine the second job of a two-slot
+    sweep twice started only after the first had ended (by 2026-11-26, and 2026-11-29; the likely cause,
+    not seen in Ray's logs). Jobs would wait for these CPUs anyway, but the wait costs the overlap of the
+    jobs' submission with the warm-up (~1 s), so jobs without actors (nothing to take their CPUs) do not
+    wait. A failed warm-up is left to the job that meets the same failure."""
     launcher = config.hydra.launcher
     if "hydra_ray_launcher" not in str(launcher.get("_target_", "")):
-        return []
+        return
     import ray
 
     if ray.is_initialized():
-        return []
+        return
     init: Any = OmegaConf.to_container(launcher.ray.init, resolve=True)
     init.setdefault("object_store_memory", 78643200)  # what the launcher itself would pass (75 MiB)
     if init.get("address") is None:
@@ -223,23 +231,9 @@ def start_ray_early(config: DictConfig, writer_address: str | None) -> list[Any]
     cpus = float(launcher.ray.get("remote", {}).get("num_cpus", 1) or 1)
     slots = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
     warm = ray.remote(num_cpus=cpus)(warm_worker)
-    return [warm.remote(writer_address) for _ in range(slots)]
-
-
-def wait_for_warm_workers(config: DictConfig, warming: list[Any], timeout_s: float = 300.0) -> None:
-    """Where the jobs start Ray actors of their own (rollout workers), let the warm-up tasks finish
-    before the launcher submits the jobs. The tasks hold the jobs' CPUs while they run, and Ray gives
-    a CPU one of them frees to any waiting request - the first job's rollout actor, say, before the
-    second job: on a loaded CI machine the second job of a two-slot sweep twice started only after the
-    first had ended (by 2026-11-26, and 2026-11-29; the likely cause, not seen in Ray's logs). Jobs
-    would wait for these CPUs anyway, but the wait costs the overlap of the jobs' submission with the
-    warm-up (~1 s), so jobs without actors (nothing to take their CPUs) do not wait. A failed warm-up
-    is left to the job that meets the same failure."""
-    if not warming or not _jobs_may_start_actors(config):
-        return
-    import ray
-
-    ray.wait(warming, num_returns=len(warming), timeout=timeout_s)
+    warming = [warm.remote(writer_address) for _ in range(slots)]
+    if _jobs_may_start_actors(config):
+        ray.wait(warming, num_returns=len(warming), timeout=300.0)
 
 
 def _jobs_may_start_actors(config: DictConfig) -> bool:
