@@ -13,6 +13,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The suite runs two test processes on a machine's cores (pyproject.toml: -n 2), and the presets that
+# learn on two torch threads (dqn_cartpole, td3_pendulum, ...) then share the cores with another learner.
+# torch's OpenMP threads spin while they wait for work by default; two such learners side by side on two
+# cores spend their time slices spinning: two 20k-step dqn_cartpole runs at once took 69.0 s each (median
+# of 6; up to 182 s), 19.1 s with threads that sleep (one alone: 15.9 s spinning, 18.6 s sleeping;
+# experiments/omp_wait_policy), and CI's run of 2026-11-30 took 1,439 and 1,200+ s for two such tests.
+# Set before torch is first imported (in this process; the processes the tests start inherit it).
+# Results do not change: only how idle threads wait.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 # Everything the suite writes to a temp dir goes to one short dir of its own (Ray's socket paths have a
 # length limit): TMPDIR, and so every tempfile of the tests and of the processes they start; Ray's

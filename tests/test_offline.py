@@ -257,8 +257,8 @@ def test_dqn_learns_cartpole_from_a_replay_of_ppo_and_random_episodes(recorded, 
                  "evaluation.num_episodes=10", "stop.timesteps_total=100000",
                  "++stop={rollout/episode_return_mean: null, eval/episode_return_mean: 400}",
                  f"output_dir={tmp_path / 'dqn'}"], tmp_path, timeout=1200)
-    # (220 s in CI's run of 2026-11-29; 600 s ran out on 2026-11-30 here, beside test_learning's dqn_cartpole
-    # run, 770 s itself: two torch_threads=2 learners on two cores)
+    # (220 s in CI's run of 2026-11-29; 600 s and then 1,200 s ran out on 2026-11-30 beside test_learning's
+    # dqn_cartpole run: two torch_threads=2 learners spinning on two cores, which tests/conftest.py now stops)
     assert p.returncode == 0, p.stderr
     s = run_summary(p.stdout)
     assert "eval/episode_return_mean" in s["stopped"] and "target met" in s["stopped"], s
