@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlrun.app.runner import stop_reason
-from tests.conftest import REPO, ctrl_c_reaches_it, rlrun_cmd, run_summary
+from tests.conftest import REPO, ctrl_c_reaches_it, rlrun_cmd, run_cli, run_summary
 
 
 def test_stop_reason_any_criterion_and_nan_never_meets():
@@ -60,6 +60,32 @@ def test_matmul_precision_is_set_per_run_and_never_carries_over(tmp_path):
     finally:
         torch.set_float32_matmul_precision("highest")
         torch.backends.mkldnn.conv.fp32_precision = "none"
+
+
+def test_torch_threads_stay_within_omp_num_threads_and_the_run_records_the_count_it_ran_with(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """OMP_NUM_THREADS (a batch scheduler's, or Ray's in a launcher job or a Tune trial) caps a preset's
+    torch_threads; a larger, unset or unreadable one leaves it; a real run's config.yaml has the count."""
+    import torch
+
+    from rlrun import make_trainer
+
+    base = ["+experiment=dqn_cartpole", "tracking=none", f"output_dir={tmp_path / 'out'}"]  # torch_threads: 2
+    before = torch.get_num_threads()
+    try:
+        for value, threads in (("1", 1), ("1,1", 1), ("4", 2), ("", 2), ("auto", 2), ("0", 2)):
+            monkeypatch.setenv("OMP_NUM_THREADS", value)
+            trainer = make_trainer(base, tmp_path)
+            assert (trainer.cfg.torch_threads, torch.get_num_threads()) == (threads, threads), value
+            said = capsys.readouterr().out
+            assert ("rlrun: torch_threads 2 -> 1, as OMP_NUM_THREADS=1" in said) == (threads == 1), (value, said)
+    finally:
+        torch.set_num_threads(before)
+    p = run_cli(["+experiment=dqn_cartpole", "stop.training_iteration=1", "tracking=none", "progress=false",
+                 f"output_dir={tmp_path / 'run'}"], tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "torch_threads 2 -> 1" in p.stdout
+    assert "torch_threads: 1\n" in (tmp_path / "run" / "config.yaml").read_text()
 
 
 @pytest.mark.slow

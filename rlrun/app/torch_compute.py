@@ -3,6 +3,8 @@ denormal floats flushed to zero."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -17,6 +19,20 @@ def flush_denormals() -> None:
     denormals, which CPUs compute ~100x slower: 40 % of the 256x256 layer's first moments at the end
     of a ``dqn_cartpole`` run, and Adam's step took 330 us instead of 72 (experiments/dqn_learner)."""
     torch.set_flush_denormal(True)
+
+
+def within_thread_limit(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``torch_threads`` at most ``OMP_NUM_THREADS`` where the environment sets it: the
+    threads a batch scheduler gave the process, or Ray's count of the CPUs a Ray launcher job or a Tune
+    trial holds (Ray sets it in its workers). Two learners on two threads each sharing two cores took
+    4.3x as long as one alone, at the median (experiments/omp_wait_policy). The run records the count it
+    ran with (its config, the ``rlrun.torch_threads`` tag), so a rerun repeats it; one line says so."""
+    limit = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if not limit.isdigit() or not 0 < int(limit) < cfg.torch_threads:
+        return cfg
+    print(f"rlrun: torch_threads {cfg.torch_threads} -> {limit}, as OMP_NUM_THREADS={limit} in the environment "
+          "(the CPUs this process was given)", flush=True)
+    return replace(cfg, torch_threads=int(limit))
 
 
 def set_torch_compute(cfg: RunConfig) -> None:
