@@ -28,7 +28,7 @@ from rlrun.app.run_files import (
 )
 from rlrun.app.run_hooks import build_run_hooks, mlflow_row
 from rlrun.app.run_record import default_run_name, run_tags
-from rlrun.app.torch_compute import flush_denormals, set_torch_compute, within_thread_limit
+from rlrun.app.torch_compute import flush_denormals, set_torch_compute
 from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
@@ -193,8 +193,7 @@ def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: Sweep
     """Validate, write the resolved config, check a resume, start the MLflow run. ``run_key``: the run's
     own name (a Tune trial's): the MLflow run and the history in ``output_dir`` that carry it continue."""
     flush_denormals()  # before validation's first torch operation starts torch's threads
-    cfg = within_thread_limit(_validated(raw_cfg, launch))
-    set_torch_compute(cfg)
+    cfg = set_torch_compute(_validated(raw_cfg, launch))  # the threads it runs with, recorded
     spaces = run_spaces(cfg, probe=True)  # env API mistakes, agents no policy covers: one line, before anything starts
     _check_policies(cfg, spaces)
     if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
@@ -391,6 +390,5 @@ def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | No
     """
     from rlrun.app.compose import compose
 
-    cfg = within_thread_limit(compose(list(overrides or []), str(launch_dir or os.getcwd())))
-    set_torch_compute(cfg)
+    cfg = set_torch_compute(compose(list(overrides or []), str(launch_dir or os.getcwd())))
     return make_trainer_from(cfg, launch_dir)

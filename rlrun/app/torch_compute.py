@@ -21,7 +21,7 @@ def flush_denormals() -> None:
     torch.set_flush_denormal(True)
 
 
-def within_thread_limit(cfg: RunConfig) -> RunConfig:
+def _within_thread_limit(cfg: RunConfig) -> RunConfig:
     """``cfg`` with ``torch_threads`` at most ``OMP_NUM_THREADS`` where the environment sets it: the
     threads a batch scheduler gave the process, or Ray's count of the CPUs a Ray launcher job or a Tune
     trial holds (Ray sets it in its workers). Two learners on two threads each sharing two cores took
@@ -35,14 +35,17 @@ def within_thread_limit(cfg: RunConfig) -> RunConfig:
     return replace(cfg, torch_threads=int(limit))
 
 
-def set_torch_compute(cfg: RunConfig) -> None:
+def set_torch_compute(cfg: RunConfig) -> RunConfig:
     """This process's torch threads and float32 precision, as the run's config says (each run sets them:
-    a precision never carries over from an earlier run in the same process). ``medium`` lets oneDNN run
-    float32 convolutions in bfloat16 too: torch's setting covers matmuls only, and the Nature CNN's conv
-    stack trains 1.37x faster so (fwd + bwd of 256 frames on 2 threads here: 64 -> 47 ms). Denormals
-    are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it."""
+    a precision never carries over from an earlier run in the same process); returns the config the run
+    records, its ``torch_threads`` within ``OMP_NUM_THREADS`` (``_within_thread_limit``). ``medium`` lets
+    oneDNN run float32 convolutions in bfloat16 too: torch's setting covers matmuls only, and the Nature
+    CNN's conv stack trains 1.37x faster so (fwd + bwd of 256 frames on 2 threads here: 64 -> 47 ms).
+    Denormals are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it."""
+    cfg = _within_thread_limit(cfg)
     flush_denormals()
     torch.set_num_threads(cfg.torch_threads)
     torch.set_float32_matmul_precision(cfg.torch_matmul_precision)
     mkldnn: Any = torch.backends.mkldnn  # its per-operation precision settings are not in torch's stubs
     mkldnn.conv.fp32_precision = "bf16" if cfg.torch_matmul_precision == "medium" else "none"
+    return cfg
