@@ -257,7 +257,7 @@ def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refus
     assert bundles({}) == [{"CPU": 1.0}]
     assert bundles({"num_cpus_for_driver": 0.5, "num_workers": 2}) == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}]
     assert bundles({"num_cpus_for_main_process": 0.25}) == [{"CPU": 0.25}]  # RLlib's newest name
-    for bad in (0, -1, "half", True):
+    for bad in (0, -1, "half", True, float("inf"), float("nan"), 65):
         with pytest.raises(ConfigError, match=f"config.num_cpus_for_driver: .*got {bad!r}"):
             bundles({"num_cpus_for_driver": bad})
     # outside Tune it means nothing: accepted and listed as ignored, as RLlib's other resource keys are
