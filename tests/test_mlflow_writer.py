@@ -15,6 +15,14 @@ from rlrun.tracking.writer import _serve_jobs, _Shared
 from rlrun.tracking.writer_jobs import RunJobs, one_run
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """These runs' experiments are made without an artifact location (a run on a SQLite store passes
+    ``mlartifacts`` beside it: store_locations in rlrun/tracking/tracker.py), so MLflow puts their artifacts
+    under ./mlruns of the working directory: the test's own, not the checkout the suite runs in."""
+    monkeypatch.chdir(tmp_path)
+
+
 def serve(uri, messages, init=None):
     init = init or msg.Init(uri, None, "unit", "r", None, log_model=False)
     replies: list = []
