@@ -101,8 +101,9 @@ def left_in_suite_tmp() -> list[str]:
     return sorted(set(os.listdir(SUITE_TMP[0])) - SUITE_TMP_EXPECTED)
 
 
-# what pytest itself keeps in the checkout it runs in (pytest-benchmark's dir, where that plugin is installed)
-CHECKOUT_EXPECTED = {".pytest_cache", ".benchmarks"}
+# what tools keep in the checkout they run in: pytest's cache (and pytest-benchmark's, where that plugin is
+# installed), and ruff's and mypy's, as tests/test_readme.py runs the README's lint commands there
+CHECKOUT_EXPECTED = {".pytest_cache", ".benchmarks", ".ruff_cache", ".mypy_cache"}
 
 
 @pytest.fixture(scope="session", autouse=True)
