@@ -208,3 +208,36 @@ def test_a_loss_asking_for_another_algos_config_fails_clearly():
     policy = policy_for("pg", PGLossConfig())
     with pytest.raises(TypeError, match="algo is a PGConfig, this code needs a DQNConfig"):
         policy.config_as(DQNConfig)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "sac"])
+def test_training_intensity_schedule_sets_the_updates_of_each_batch(algo):
+    """64 new env steps, 32-row minibatches: ``training_intensity`` 16 replays 32 of them at any env
+    step; ``training_intensity_schedule`` [[0, 16], [1000, 16], [2000, 4]] replays 32 up to env step
+    1,000, 20 at 1,500 (10, halfway), 8 from 2,000 on, read at the run's env steps, not the policy's."""
+    from rlrun.algos.algorithm import LearnContext, get_algorithm
+    from rlrun.algos.sac import SACConfig
+
+    obs_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    if algo == "dqn":
+        act_space: gym.Space = TWO
+        cfg: object = DQNConfig(learning_starts=0, sgd_minibatch_size=32, training_intensity=16.0)
+    else:
+        act_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        cfg = SACConfig(learning_starts=0, sgd_minibatch_size=32, training_intensity=16.0)
+    rng = np.random.default_rng(0)
+    acts = rng.integers(0, 2, 64) if algo == "dqn" else rng.uniform(-1, 1, (64, 2)).astype(np.float32)
+    batch = SB({SB.OBS: rng.standard_normal((64, 3)).astype(np.float32), SB.ACTIONS: acts,
+                SB.NSTEP_NEXT_OBS: rng.standard_normal((64, 3)).astype(np.float32),
+                SB.NSTEP_REWARDS: rng.standard_normal(64).astype(np.float32),
+                SB.NSTEP_DISCOUNT: np.full(64, 0.99, np.float32)})
+    learn = get_algorithm(algo).learn
+
+    def updates(t: int, schedule) -> float:
+        cfg.training_intensity_schedule = schedule  # type: ignore[attr-defined]
+        return learn(make_policy(algo, obs_space, act_space, algo_config=cfg), batch, LearnContext(t, 0))[
+            "train/num_sgd_steps"]
+
+    assert [updates(t, None) for t in (64, 1500, 5000)] == [32, 32, 32]
+    schedule = [[0, 16.0], [1000, 16.0], [2000, 4.0]]
+    assert [updates(t, schedule) for t in (64, 1000, 1500, 2000, 5000)] == [32, 32, 20, 8, 8]

@@ -27,7 +27,7 @@ from rlrun.core.registry import LOSSES
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.prioritized import PrioritizedReplayBuffer
-from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
+from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
 from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
 from rlrun.models.noisy import NoisyLinear
@@ -47,6 +47,8 @@ class DQNConfig(AlgoConfig):
     train_batch_size: int = 256  # env steps sampled per iteration
     sgd_minibatch_size: int | None = 64  # rows per replay minibatch
     training_intensity: float = 16.0  # replayed rows trained on per env step sampled
+    # the same, piecewise linear in env steps, [[0, 32], [40000, 8]]; None: training_intensity throughout
+    training_intensity_schedule: list[list[float]] | None = None
     replay_capacity: int = 100_000
     learning_starts: int = 1000  # env steps in the buffer before the first SGD step
     target_network_update_freq: int = 500  # env steps between target-network copies
@@ -349,7 +351,8 @@ def dqn_learn(policy: Policy, batch: SB, ctx: LearnContext) -> dict[str, float]:
     stats: dict[str, float] = {}
     if len(state.replay) >= cfg.learning_starts:
         mb = cfg.sgd_minibatch_size or 64
-        steps = max(1, round(cfg.training_intensity * len(batch) / mb))
+        steps = replay_steps(cfg.training_intensity, cfg.training_intensity_schedule, len(batch), mb,
+                             ctx.timesteps_total)
         draw = prioritized_minibatches(policy, state, mb, steps) if isinstance(state.replay, PrioritizedReplayBuffer) \
             else replay_minibatches(state, mb, steps)
         stats = policy.learn_on_minibatches(draw)

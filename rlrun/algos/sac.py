@@ -33,7 +33,7 @@ from rlrun.core.errors import PluginError
 from rlrun.core.registry import LOSSES
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep
-from rlrun.data.replay import ReplayBuffer, replay_checkpoint, restore_replay
+from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
 from rlrun.models.twin_q_grad import TwinQGrad
 from rlrun.policy.loss import Stage, StagedLoss
@@ -54,6 +54,7 @@ class OffPolicyConfig(AlgoConfig):
     train_batch_size: int = 64  # env steps sampled per iteration
     sgd_minibatch_size: int | None = 256  # rows per replay minibatch
     training_intensity: float = 256.0  # replayed rows trained on per env step (256: one update per step)
+    training_intensity_schedule: list[list[float]] | None = None  # the same, piecewise linear in env steps
     replay_capacity: int = 1_000_000
     learning_starts: int = 100  # env steps of uniformly random actions, stored before the first update
     tau: float = 0.005  # Polyak step of the target networks
@@ -295,7 +296,8 @@ def actor_critic_learn(after: Callable[[Policy, ActorCriticState], None]) -> Cal
         stats: dict[str, float] = {}
         if len(state.replay) >= cfg.learning_starts:
             mb = cfg.sgd_minibatch_size or 256
-            steps = max(1, round(cfg.training_intensity * len(batch) / mb))
+            steps = replay_steps(cfg.training_intensity, cfg.training_intensity_schedule, len(batch), mb,
+                                 ctx.timesteps_total)
             stats = policy.learn_on_minibatches(replay_updates(policy, state, mb, steps, after))
         stats["train/replay_size"] = float(len(state.replay))
         stats["train/num_updates"] = float(state.num_updates)

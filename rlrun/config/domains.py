@@ -60,8 +60,8 @@ def each(rule: Rule) -> Rule:
     return check
 
 
-def schedule(lo: float = 0.0, hi: float = math.inf) -> Rule:
-    """``[[env_step, value], ...]``: pairs, increasing steps >= 0, values in [lo, hi]."""
+def schedule(lo: float = 0.0, hi: float = math.inf, *, positive: bool = False) -> Rule:
+    """``[[env_step, value], ...]``: pairs, increasing steps >= 0, values in [lo, hi] (``positive``: > 0)."""
 
     def check(v: Any) -> str | None:
         if not v or any(not isinstance(p, list | tuple) or len(p) != 2 for p in v):
@@ -69,6 +69,8 @@ def schedule(lo: float = 0.0, hi: float = math.inf) -> Rule:
         steps = [p[0] for p in v]
         if steps != sorted(steps) or steps[0] < 0:
             return "env steps must start at >= 0 and increase"
+        if positive and any(not p[1] > 0 for p in v):
+            return "values must be positive"
         if any(not lo <= p[1] <= hi for p in v):
             return f"values must be in [{lo:g}, {hi:g}]"
         return None
@@ -85,6 +87,7 @@ DOMAINS: dict[str, Rule] = {
     "lr": positive, "gamma": unit_interval, "gae_lambda": unit_interval, "grad_clip": positive,
     "adam_eps": positive, "train_batch_size": at_least(1), "num_sgd_iter": at_least(1),
     "sgd_minibatch_size": at_least(1), "lr_schedule": schedule(), "training_intensity": positive,
+    "training_intensity_schedule": schedule(positive=True),
     "replay_capacity": at_least(1), "learning_starts": non_negative, "target_network_update_freq": at_least(1),
     "n_step": at_least(1), "epsilon": schedule(0.0, 1.0), "vtrace_clip_rho": positive, "vtrace_clip_c": positive,
     "broadcast_interval": at_least(1), "tau": unit_interval, "critic_lr": positive, "alpha_lr": positive,

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from rlrun.data.batch import SampleBatch
+from rlrun.data.postprocessing import piecewise
 
 
 class ReplayBuffer:
@@ -95,3 +96,13 @@ def restore_replay(replay: ReplayBuffer, state: Mapping[str, Any]) -> None:
     if "replay" in state:
         rows = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in state["replay"].items()}
         replay.set_state({**rows, "cols": {k: v.numpy() for k, v in state["replay"]["cols"].items()}})
+
+
+def replay_steps(intensity: float, schedule: list[list[float]] | None, new_rows: int, minibatch: int,
+                 timestep: int) -> int:
+    """Minibatches to replay after storing ``new_rows`` env steps: ``training_intensity x new_rows /
+    minibatch``, at least one; with ``training_intensity_schedule`` the intensity is that schedule's
+    value at env step ``timestep`` (piecewise linear, held flat past its ends)."""
+    if schedule is not None:
+        intensity = piecewise(schedule, timestep)
+    return max(1, round(intensity * new_rows / minibatch))

@@ -258,6 +258,7 @@ def _check_algo_values(cfg: RunConfig) -> None:
         raise ConfigError(f"algo.lr: must be positive, got {a.lr:g}")
     if not 0.0 <= a.gamma <= 1.0:
         raise ConfigError(f"algo.gamma: must be in [0, 1], got {a.gamma:g}")
+    _check_schedule_start(a, "training_intensity")
     if a.lr_schedule is None:
         return
     steps = [p[0] for p in a.lr_schedule]
@@ -267,10 +268,18 @@ def _check_algo_values(cfg: RunConfig) -> None:
         )
     if any(p[1] < 0 for p in a.lr_schedule):
         raise ConfigError(f"algo.lr_schedule: learning rates must be >= 0, got {a.lr_schedule}")
-    if steps[0] <= 0 and a.lr_schedule[0][1] != a.lr:  # the schedule would silently replace algo.lr
+    _check_schedule_start(a, "lr")
+
+
+def _check_schedule_start(a: Any, key: str) -> None:
+    """``algo.<key>_schedule`` from env step 0 replaces ``algo.<key>``: a value that differs from the
+    schedule's start (an override of the value alone, say) would have no effect, silently."""
+    sched = getattr(a, f"{key}_schedule", None)
+    value = getattr(a, key, None)
+    if sched and value is not None and sched[0][0] <= 0 and sched[0][1] != value:
         raise ConfigError(
-            f"algo.lr: {a.lr:g} has no effect because algo.lr_schedule starts at {a.lr_schedule[0][1]:g}; "
-            "start the schedule at ${algo.lr} (as the presets do), change it, or set algo.lr_schedule=null"
+            f"algo.{key}: {value:g} has no effect because algo.{key}_schedule starts at {sched[0][1]:g}; "
+            f"start the schedule at ${{algo.{key}}} (as the presets do), change it, or set algo.{key}_schedule=null"
         )
 
 
