@@ -1,7 +1,7 @@
 """Issue 34's wall-time lines, by the protocol the README's tables use: ``dqn_cartpole`` of issue 34's day
 (commit d30185c, from a tree exported with ``git archive``) against today's ``dqn_cartpole`` and
-``rainbow_cartpole``, whole process to a 100-episode mean of 475 (each preset's stop; budget 100k env
-steps), seeds 0-2, the three alternating seed by seed, each ``python -m rlrun +experiment=E seed=S
+``rainbow_cartpole``, whole process to a 100-episode mean of 475 (each preset's stop and env-step
+budget), seeds 0-2, the three alternating seed by seed, each ``python -m rlrun +experiment=E seed=S
 progress=false`` in a fresh directory with its complete MLflow record (``tracking`` as the preset has it).
 
     git -C . archive d30185c | tar -x -C /path/to/d30185c
@@ -73,7 +73,8 @@ def write(rows: list[dict[str, object]], order: list[str], name: str) -> None:
     base = statistics.median(float(r["wall_s"]) for r in rows if r["who"] == order[0])
     lines = [f"# Issue 34's wall-time lines, {time.strftime('%Y-%m-%d')}", "",
              f"`python experiments/dqn_cartpole_tuning/walltime.py` ({os.cpu_count()} cores): whole process to a "
-             "100-episode mean of 475 (budget 100k env steps), MLflow record included, settings alternating.", "",
+             "100-episode mean of 475 (each preset's stop and env-step budget), MLflow record included, settings "
+             "alternating.", "",
              "| who | seeds: s (env steps at the stop) | reached 475 | median s | / d30185c |",
              "| --- | --- | --- | --- | --- |"]
     for who in order:
