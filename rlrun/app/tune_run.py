@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlrun.config.resources import MAX_TRIAL_CPUS
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import suggest
@@ -73,8 +74,9 @@ def parse_section(raw: Mapping[str, Any]) -> TuneSection:
         raise ConfigError(f"tune.scheduler: {section.scheduler!r} is not one rlrun has"
                           f"{suggest(str(section.scheduler), list(SCHEDULERS))}; choose {', '.join(SCHEDULERS)}")
     if section.cpus_per_trial is not None and not (isinstance(section.cpus_per_trial, int | float)
-                                                   and 0 < section.cpus_per_trial <= 64):
-        raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, 64], got {section.cpus_per_trial!r}")
+                                                   and 0 < section.cpus_per_trial <= MAX_TRIAL_CPUS):
+        raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, {MAX_TRIAL_CPUS}], "
+                          f"got {section.cpus_per_trial!r}")
     if section.mode not in ("max", "min"):
         raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
     for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability", "max_t",

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from ray import tune
 
+from rlrun.config.resources import MAX_TRIAL_CPUS
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 
@@ -274,10 +275,8 @@ class RLrunTrainable(tune.Trainable):
         for key in DRIVER_CPU_KEYS:
             if key in config:
                 v = config[key]
-                # the bound of tune.cpus_per_trial (rlrun/app/tune_run.py): inf or 1e9 would ask Ray for a
-                # bundle no machine has, and the trial would wait for it forever instead of failing
-                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 64:
-                    raise ConfigError(f"config.{key}: expected a number of CPUs in (0, 64], got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= MAX_TRIAL_CPUS:
+                    raise ConfigError(f"config.{key}: expected a number of CPUs in (0, {MAX_TRIAL_CPUS}], got {v!r}")
                 own = float(v)
                 break
         workers = config.get("rollout.num_workers", config.get("num_env_runners", config.get("num_workers", 0)))

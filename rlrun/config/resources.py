@@ -22,6 +22,9 @@ REPLAY_ROW_BYTES = 32  # a stored transition at least: obs and next obs (a float
 ROLLOUT_ROW_BYTES = 48  # a row of a worker's fragment buffer at least (obs, action, reward, logp, value, ids)
 SUB_ENV_BYTES = 1024  # a sub-env's own state, at least
 FRACTION = 0.8  # of this machine's memory, the most a run may need
+# the most CPUs one Tune trial may ask for (tune.cpus_per_trial, RLlib's num_cpus_for_driver): inf or 1e9
+# would ask Ray for a bundle no machine has, and the trial would wait for it forever instead of failing
+MAX_TRIAL_CPUS = 64
 
 
 def machine_memory() -> int | None:
