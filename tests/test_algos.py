@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from rlrun.algos.a2c import A2CLossConfig, a2c_loss
-from rlrun.algos.algorithm import make_policy
+from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
 from rlrun.algos.dqn import (
     TARGET_CHUNK,
     TARGET_Q_NEXT,
@@ -21,6 +21,7 @@ from rlrun.algos.dqn import (
 )
 from rlrun.algos.pg import PGLossConfig, pg_loss
 from rlrun.algos.ppo import PPOClipLossConfig, PPOConfig, ppo_clip_loss
+from rlrun.algos.sac import SACConfig
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, compute_nstep
 from rlrun.data.replay import ReplayBuffer
@@ -215,9 +216,6 @@ def test_training_intensity_schedule_sets_the_updates_of_each_batch(algo):
     """64 new env steps, 32-row minibatches: ``training_intensity`` 16 replays 32 of them at any env
     step; ``training_intensity_schedule`` [[0, 16], [1000, 16], [2000, 4]] replays 32 up to env step
     1,000, 20 at 1,500 (10, halfway), 8 from 2,000 on, read at the run's env steps, not the policy's."""
-    from rlrun.algos.algorithm import LearnContext, get_algorithm
-    from rlrun.algos.sac import SACConfig
-
     obs_space = gym.spaces.Box(-1, 1, (3,), np.float32)
     if algo == "dqn":
         act_space: gym.Space = TWO

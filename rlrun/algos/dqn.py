@@ -47,7 +47,7 @@ class DQNConfig(AlgoConfig):
     train_batch_size: int = 256  # env steps sampled per iteration
     sgd_minibatch_size: int | None = 64  # rows per replay minibatch
     training_intensity: float = 16.0  # replayed rows trained on per env step sampled
-    # the same, piecewise linear in env steps, [[0, 32], [40000, 8]]; None: training_intensity throughout
+    # the same, piecewise linear in env steps, [[0, 16], [40000, 4]]; None: training_intensity throughout
     training_intensity_schedule: list[list[float]] | None = None
     replay_capacity: int = 100_000
     learning_starts: int = 1000  # env steps in the buffer before the first SGD step
