@@ -85,6 +85,27 @@ def test_without_the_same_noise_the_gradients_differ():
     assert not torch.allclose(hand.model.adv_head.weight_sigma.grad, ref.model.adv_head.weight_sigma.grad, rtol=1e-3)
 
 
+@pytest.mark.parametrize("hand", [True, False])
+def test_an_update_draws_the_online_nets_noise_once_for_s_and_s_prime(hand):
+    """Double Q with noisy heads: the online net's pass at s' (its choice of the next action) shares the
+    noise of its pass at s (one pass of 2B rows, as in Kaixhin's Rainbow), so an update draws the noise
+    of two forward passes, the online net's and the target net's, not three; by hand and by autograd."""
+    p = policy(hand)
+    torch.manual_seed(7)
+    p.hand_gradient(minibatch()) if hand else autograd_step(p, minibatch())
+    after = torch.randn(4)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        p.model(torch.zeros(1, 3, 2))
+        p.state.target_model(torch.zeros(1, 3, 2))
+    assert torch.equal(after, torch.randn(4))
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for net in (p.model, p.model, p.state.target_model):  # three passes' draws would end elsewhere
+            net(torch.zeros(1, 3, 2))
+    assert not torch.equal(after, torch.randn(4))
+
+
 def test_a_rainbow_iteration_learns_the_same_with_the_hand_gradient_and_with_autograd():
     """One learn call with prioritized replay (64 Adam steps, each minibatch drawn after the last one's
     priorities were updated from its cross-entropies), noisy dueling heads, double Q: the losses and

@@ -175,6 +175,29 @@ def project_distribution(probs: torch.Tensor, rewards: torch.Tensor, discounts: 
     return out
 
 
+def online_outputs(policy: Policy, model: nn.Module, obs: torch.Tensor,
+                   next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The online net's output at s, with autograd (the atoms' log-probabilities ``[B, A, N]`` for a
+    distributional model, Q-values ``[B, A]`` otherwise), and its Q-values at s' for double Q's choice
+    (None without double Q). Noisy heads: s and s' in one pass under one noise draw (as in Kaixhin's
+    Rainbow; the hand-derived C51 gradient does the same), before the target net's pass. Plain heads: the
+    pass at s' outside autograd, so that backward runs over obs's rows only."""
+    m: Any = model
+    dist = getattr(m, "num_atoms", 1) > 1
+
+    def out(x: torch.Tensor) -> torch.Tensor:
+        return m.q_log_probs(x) if dist else model(x).dist_inputs
+
+    if not policy.config_as(DQNConfig).double_q:
+        return out(obs), None
+    if not policy.state_as(DQNState).noisy:
+        with torch.no_grad():
+            q_next = model(next_obs).dist_inputs
+        return out(obs), q_next
+    both, rows = out(torch.cat([obs, next_obs])), len(obs)
+    return both[:rows], torch.matmul(both[rows:].detach().exp(), m.support) if dist else both[rows:].detach()
+
+
 @LOSSES.register(
     "dqn_td", config=DQNLossConfig,
     requires=(SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
@@ -189,18 +212,14 @@ def dqn_td_loss(
     them (prioritized replay), and each row's TD error (C51: its cross-entropy) goes into the batch as
     ``td_error`` for the priority update."""
     c = policy.loss_config_as(DQNLossConfig)
-    cfg = policy.config_as(DQNConfig)
     obs, next_obs = batch[SB.OBS], batch[SB.NSTEP_NEXT_OBS]
     m: Any = model
     actions = batch[SB.ACTIONS].long().unsqueeze(-1)
     atoms = getattr(m, "num_atoms", 1)
     target_model: Any = policy.state_as(DQNState).target_model
-    with torch.no_grad():
-        # the online net's choice at s' (double Q), outside autograd: backward runs over obs's rows only
-        q_next_online = model(next_obs).dist_inputs if cfg.double_q else None
+    out, q_next_online = online_outputs(policy, model, obs, next_obs)
     if atoms > 1:
-        log_p = m.q_log_probs(obs)  # [B, A, N]
-        log_p_sa = log_p.gather(1, actions.unsqueeze(-1).expand(-1, 1, atoms)).squeeze(1)
+        log_p_sa = out.gather(1, actions.unsqueeze(-1).expand(-1, 1, atoms)).squeeze(1)
         with torch.no_grad():
             p_next = target_model.q_log_probs(next_obs).exp()
             q_next_target = (p_next * target_model.support).sum(-1)
@@ -212,7 +231,7 @@ def dqn_td_loss(
         q_sa = (log_p_sa.detach().exp() * m.support).sum(-1)
         td_error = per_row.detach()
     else:
-        q_sa = model(obs).dist_inputs.gather(-1, actions).squeeze(-1)
+        q_sa = out.gather(-1, actions).squeeze(-1)
         with torch.no_grad():
             q_next_target = batch.get(TARGET_Q_NEXT)  # dqn_learn computes it for all its minibatches at once
             if q_next_target is None:
@@ -268,7 +287,7 @@ def dqn_hand_gradient(policy: Policy) -> GradientFn | None:
 def c51_hand_gradient(policy: Policy) -> GradientFn | None:
     """``dqn_td`` on the built-in ``q_mlp`` with atoms (C51; noisy heads or not), its gradient derived
     by hand (rlrun/models/c51_grad.py): ``dqn_td_loss``'s distributional branch, with the noise drawn
-    in the same order (the online net at s', at s, then the target net at s'). None (autograd) if the
+    in the same order (the online net at s and s' in one pass, then the target net at s'). None (autograd) if the
     target net is not one ``C51Grad`` covers."""
     cfg, target_model = policy.config_as(DQNConfig), policy.state_as(DQNState).target_model
     if not C51Grad.supports(target_model, trains=False):
@@ -277,14 +296,17 @@ def c51_hand_gradient(policy: Policy) -> GradientFn | None:
     support = online.support
 
     def c51_gradient(batch: TorchBatch) -> LossOutput:
-        next_obs = batch[SB.NSTEP_NEXT_OBS]
-        q_next_online = online.q_values(next_obs, online.head()) if cfg.double_q else None
-        head = online.head()
+        obs, next_obs = batch[SB.OBS], batch[SB.NSTEP_NEXT_OBS]
+        rows, head = len(obs), online.head()
+        # double Q: the online net at s and at s' in one pass, one noise draw (see dqn_td_loss)
+        hs, z = online.logits(torch.cat([obs, next_obs]) if cfg.double_q else obs, head, "train")
         p_next = target_net.probs(next_obs, target_net.head())
-        best = (q_next_online if q_next_online is not None else torch.matmul(p_next, support)).argmax(-1)
+        q_next = torch.matmul(torch.softmax(z[rows:], dim=-1), support) if cfg.double_q \
+            else torch.matmul(p_next, support)
+        best = q_next.argmax(-1)
         p_best = p_next.gather(1, best.view(-1, 1, 1).expand(-1, 1, p_next.shape[-1])).squeeze(1)
         target_p = project_distribution(p_best, batch[SB.NSTEP_REWARDS], batch[SB.NSTEP_DISCOUNT], support)
-        step = online.ce_gradient(batch[SB.OBS], batch[SB.ACTIONS], target_p, batch.get(SB.WEIGHTS), head)
+        step = online.ce_gradient(hs, z, batch[SB.ACTIONS], target_p, batch.get(SB.WEIGHTS), head)
         batch[SB.TD_ERROR] = step.per_row
         return LossOutput(step.loss, {"td": step.loss}, {"q_mean": step.q_sa.mean(),
                                                           "target_mean": torch.matmul(target_p, support).mean(),

@@ -2,10 +2,12 @@
 heads or plain) without autograd: its atom probabilities, and the gradient of C51's cross-entropy
 against a projected target distribution, derived by hand.
 
-Why: one update of ``rainbow_cartpole`` by autograd is three passes (the online net at s' for double
+Why: one update of ``rainbow_cartpole`` by autograd was three passes (the online net at s' for double
 Q, at s, the target net at s'), each noisy head two linear maps and a dozen elementwise operations,
 plus their autograd nodes: ~4.5 ms on one thread, 1.30x this module's ~3.4 ms (experiments/dqn_learner,
-3 processes each, and 8 interleaved pairs in one process). Here each pass's heads are one linear map: a noisy
+3 processes each, and 8 interleaved pairs in one process). The online net's passes at s and s' are now
+one pass of 2B rows under one noise draw (both here and by autograd; ``dqn_td_loss``), which took this
+module's update from ~3.4 to ~3.1 ms (experiments/dqn_learner). Here each pass's heads are one linear map: a noisy
 layer's weight ``mu + sigma * (e_out e_in^T)`` is formed once a pass (a [A*N, F] matrix, small next
 to the [B, F] activations), and the dueling combination V + A - mean_a A is folded into it, as in
 ``q_mlp_grad``. Noise is drawn as ``NoisyLinear`` draws it, in the order ``dqn_td`` draws it, so the
@@ -133,13 +135,15 @@ class C51Grad:
         return torch.matmul(self.probs(obs, head), self.support)
 
     @torch.no_grad()
-    def ce_gradient(self, obs: torch.Tensor, actions: torch.Tensor, target_p: torch.Tensor,
+    def ce_gradient(self, hs: list[torch.Tensor], z: torch.Tensor, actions: torch.Tensor, target_p: torch.Tensor,
                     weights: torch.Tensor | None, head: Head) -> CEStep:
         """Set every parameter's ``.grad`` to the gradient of ``mean_i w_i * CE_i``, ``CE_i = -sum_j
-        target_p[i, j] log p(s_i, a_i)_j`` (``w_i`` = 1 without ``weights``): the gradient at the chosen
-        action's logits is ``w_i / B * (p(s_i, a_i) * sum_j target_p[i, j] - target_p[i])``."""
-        rows, a, n = len(obs), self.num_actions, self.num_atoms
-        hs, z = self.logits(obs, head, "train")
+        target_p[i, j] log p(s_i, a_i)_j`` (``w_i`` = 1 without ``weights``), from a forward pass's first
+        ``len(actions)`` rows (``logits(..., key="train")``: its activations ``hs`` and logits ``z``; rows
+        after them, such as the s' of the same pass, take no part): the gradient at the chosen action's
+        logits is ``w_i / B * (p(s_i, a_i) * sum_j target_p[i, j] - target_p[i])``."""
+        rows, a, n = len(actions), self.num_actions, self.num_atoms
+        hs, z = [h[:rows] for h in hs], z[:rows]
         idx = actions.long().view(rows, 1, 1).expand(rows, 1, n)
         log_p_sa = torch.log_softmax(z.gather(1, idx).squeeze(1), dim=-1)
         per_row = torch.mul(target_p, log_p_sa).sum(-1).neg_()

@@ -3,7 +3,8 @@ Exploration"), the exploration of Rainbow's DQN: ``y = (mu_w + sigma_w * (f(e_ou
 mu_b + sigma_b * f(e_out)``, ``f(e) = sign(e) sqrt(|e|)``, ``e ~ N(0, 1)``.
 
 Fresh noise on every forward pass in training mode (acting to explore, and each learner pass, the
-target net's included); the mean weights alone in eval mode (greedy evaluation and exports).
+target net's included: DQN's update runs the online net at s and at s' as one pass, so both share a
+draw, as in Kaixhin's Rainbow); the mean weights alone in eval mode (greedy evaluation and exports).
 """
 
 from __future__ import annotations
