@@ -14,7 +14,7 @@ from rlrun.algos.algorithm import LearnContext, get_algorithm, make_policy
 from rlrun.algos.dqn import DQNConfig, dqn_actions, epsilon, project_distribution
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.prioritized import PrioritizedReplayBuffer, SumTree
-from rlrun.models.noisy import NoisyLinear
+from rlrun.models.noisy import NoisyLinear, shared_noise
 from rlrun.models.q_networks import QMLPConfig, QMLPModel
 from rlrun.sources.plugins import load_builtins
 
@@ -175,6 +175,20 @@ def test_noisy_layers_resample_noise_each_training_pass_and_use_their_means_in_e
     layer(x).sum().backward()
     assert layer.weight_sigma.grad is not None and layer.weight_sigma.grad.abs().sum() > 0  # the noise scale learns
     assert torch.allclose(layer.weight_sigma, torch.full((3, 8), 0.5 / 8**0.5))
+
+
+def test_inside_shared_noise_a_models_passes_share_one_draw_and_draw_afresh_after_it():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(NoisyLinear(8, 8), torch.nn.ReLU(), NoisyLinear(8, 3))
+    x = torch.randn(4, 8)
+    with shared_noise(net):
+        a = net(x)
+        with torch.no_grad():
+            b = net(x)
+    assert torch.equal(a.detach(), b)
+    assert not torch.allclose(net(x), b) and not torch.allclose(net(x), net(x))  # fresh draws again
+    with shared_noise(torch.nn.Linear(8, 3)):  # nothing noisy: nothing to hold
+        pass
 
 
 def test_a_noisy_dqn_explores_by_its_noise_not_epsilon_and_acts_on_its_means_greedily():

@@ -30,7 +30,7 @@ from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
 from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
-from rlrun.models.noisy import NoisyLinear
+from rlrun.models.noisy import NoisyLinear, shared_noise
 from rlrun.models.numpy_actor import NumpyQ
 from rlrun.models.q_mlp_grad import QMLPGrad
 from rlrun.models.q_networks import QMLPModel
@@ -179,23 +179,21 @@ def online_outputs(policy: Policy, model: nn.Module, obs: torch.Tensor,
                    next_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The online net's output at s, with autograd (the atoms' log-probabilities ``[B, A, N]`` for a
     distributional model, Q-values ``[B, A]`` otherwise), and its Q-values at s' for double Q's choice
-    (None without double Q). Noisy heads: s and s' in one pass under one noise draw (as in Kaixhin's
-    Rainbow; the hand-derived C51 gradient does the same), before the target net's pass. Plain heads: the
-    pass at s' outside autograd, so that backward runs over obs's rows only."""
+    (None without double Q), outside autograd so that backward runs over obs's rows only. Noisy heads: the
+    pass at s' reuses the noise of the pass at s (as in Kaixhin's Rainbow; the hand-derived C51 gradient
+    runs both as one pass), and both come before the target net's pass."""
     m: Any = model
-    dist = getattr(m, "num_atoms", 1) > 1
 
-    def out(x: torch.Tensor) -> torch.Tensor:
-        return m.q_log_probs(x) if dist else model(x).dist_inputs
+    def at_s() -> torch.Tensor:
+        return m.q_log_probs(obs) if getattr(m, "num_atoms", 1) > 1 else model(obs).dist_inputs
 
     if not policy.config_as(DQNConfig).double_q:
-        return out(obs), None
-    if not policy.state_as(DQNState).noisy:
+        return at_s(), None
+    with shared_noise(model):
+        out = at_s()
         with torch.no_grad():
             q_next = model(next_obs).dist_inputs
-        return out(obs), q_next
-    both, rows = out(torch.cat([obs, next_obs])), len(obs)
-    return both[:rows], torch.matmul(both[rows:].detach().exp(), m.support) if dist else both[rows:].detach()
+    return out, q_next
 
 
 @LOSSES.register(

@@ -6,8 +6,10 @@ Why: one update of ``rainbow_cartpole`` by autograd was three passes (the online
 Q, at s, the target net at s'), each noisy head two linear maps and a dozen elementwise operations,
 plus their autograd nodes: ~4.5 ms on one thread, 1.30x this module's ~3.4 ms (experiments/dqn_learner,
 3 processes each, and 8 interleaved pairs in one process). The online net's passes at s and s' are now
-one pass of 2B rows under one noise draw (both here and by autograd; ``dqn_td_loss``), which took this
-module's update from ~3.4 to ~3.1 ms (experiments/dqn_learner). Here each pass's heads are one linear map: a noisy
+one pass of 2B rows under one noise draw (as in Kaixhin's Rainbow; autograd's ``dqn_td_loss`` reuses the
+draw for its pass at s', ``shared_noise``): about
+the same cost an update (1.00-1.05x the updates/s in 3 interleaved pairs, experiments/dqn_learner), one
+noisy head formed fewer. Here each pass's heads are one linear map: a noisy
 layer's weight ``mu + sigma * (e_out e_in^T)`` is formed once a pass (a [A*N, F] matrix, small next
 to the [B, F] activations), and the dueling combination V + A - mean_a A is folded into it, as in
 ``q_mlp_grad``. Noise is drawn as ``NoisyLinear`` draws it, in the order ``dqn_td`` draws it, so the
