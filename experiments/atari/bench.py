@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,7 @@ def run_rlrun(steps: int, threads: int) -> dict[str, object]:
         cmd = [sys.executable, "-m", "rlrun", "+experiment=ppo_breakout", f"stop.timesteps_total={steps}", "seed=0",
                f"torch_threads={threads}", "progress=false", "tracking.wait=true"]
         t = time.perf_counter()
-        p = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+        p = subprocess.run(cmd, cwd=d, capture_output=True, text=True, env={**os.environ, "TMPDIR": d})
         wall = time.perf_counter() - t
         if p.returncode != 0:
             raise SystemExit(f"rlrun failed:\n{p.stderr[-2000:]}")
@@ -91,8 +92,9 @@ def run_rlrun(steps: int, threads: int) -> dict[str, object]:
 def run_sb3(steps: int, threads: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="rlrun-atari-") as d:
         t = time.perf_counter()
+        # TMPDIR: SB3's logger and torch's compile cache write to the temporary directory, not /tmp
         p = subprocess.run([sys.executable, "-c", SB3_RUN.format(steps=steps, threads=threads)], cwd=d,
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env={**os.environ, "TMPDIR": d})
         wall = time.perf_counter() - t
     if p.returncode != 0:
         raise SystemExit(f"sb3 failed:\n{p.stderr[-2000:]}")
