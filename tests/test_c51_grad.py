@@ -88,8 +88,9 @@ def test_without_the_same_noise_the_gradients_differ():
 @pytest.mark.parametrize("hand", [True, False])
 def test_an_update_draws_the_online_nets_noise_once_for_s_and_s_prime(hand):
     """Double Q with noisy heads: the online net's pass at s' (its choice of the next action) shares the
-    noise of its pass at s (one pass of 2B rows, as in Kaixhin's Rainbow), so an update draws the noise
-    of two forward passes, the online net's and the target net's, not three; by hand and by autograd."""
+    noise of its pass at s (as in Kaixhin's Rainbow: by hand one pass of 2B rows, by autograd a pass at s'
+    inside ``shared_noise``), so an update draws the noise of two forward passes, the online net's and the
+    target net's, not three."""
     p = policy(hand)
     torch.manual_seed(7)
     p.hand_gradient(minibatch()) if hand else autograd_step(p, minibatch())

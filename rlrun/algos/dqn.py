@@ -299,9 +299,7 @@ def c51_hand_gradient(policy: Policy) -> GradientFn | None:
         # double Q: the online net at s and at s' in one pass, one noise draw (see dqn_td_loss)
         hs, z = online.logits(torch.cat([obs, next_obs]) if cfg.double_q else obs, head, "train")
         p_next = target_net.probs(next_obs, target_net.head())
-        q_next = torch.matmul(torch.softmax(z[rows:], dim=-1), support) if cfg.double_q \
-            else torch.matmul(p_next, support)
-        best = q_next.argmax(-1)
+        best = (online.expected_q(z[rows:]) if cfg.double_q else torch.matmul(p_next, support)).argmax(-1)
         p_best = p_next.gather(1, best.view(-1, 1, 1).expand(-1, 1, p_next.shape[-1])).squeeze(1)
         target_p = project_distribution(p_best, batch[SB.NSTEP_REWARDS], batch[SB.NSTEP_DISCOUNT], support)
         step = online.ce_gradient(hs, z, batch[SB.ACTIONS], target_p, batch.get(SB.WEIGHTS), head)

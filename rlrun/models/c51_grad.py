@@ -7,11 +7,10 @@ Q, at s, the target net at s'), each noisy head two linear maps and a dozen elem
 plus their autograd nodes: ~4.5 ms on one thread, 1.30x this module's ~3.4 ms (experiments/dqn_learner,
 3 processes each, and 8 interleaved pairs in one process). The online net's passes at s and s' are now
 one pass of 2B rows under one noise draw (as in Kaixhin's Rainbow; autograd's ``dqn_td_loss`` reuses the
-draw for its pass at s', ``shared_noise``): about
-the same cost an update (1.00-1.05x the updates/s in 3 interleaved pairs, experiments/dqn_learner), one
-noisy head formed fewer. Here each pass's heads are one linear map: a noisy
-layer's weight ``mu + sigma * (e_out e_in^T)`` is formed once a pass (a [A*N, F] matrix, small next
-to the [B, F] activations), and the dueling combination V + A - mean_a A is folded into it, as in
+draw for its pass at s', ``shared_noise``): about the same cost an update (1.00-1.05x the updates/s in 3
+interleaved pairs, experiments/dqn_learner), one noisy head formed fewer. Here each pass's heads are one
+linear map: a noisy layer's weight ``mu + sigma * (e_out e_in^T)`` is formed once a pass (a [A*N, F]
+matrix, small next to the [B, F] activations), and the dueling combination V + A - mean_a A is folded into it, as in
 ``q_mlp_grad``. Noise is drawn as ``NoisyLinear`` draws it, in the order ``dqn_td`` draws it, so the
 numbers equal autograd's to float rounding (tests/test_c51_grad.py); ``algo.hand_gradient: false``
 gives autograd back.
@@ -133,8 +132,14 @@ class C51Grad:
 
     @torch.no_grad()
     def q_values(self, obs: torch.Tensor, head: Head) -> torch.Tensor:
-        """Expected Q-values ``[N, A]``: the atoms' probabilities times the support."""
-        return torch.matmul(self.probs(obs, head), self.support)
+        """Expected Q-values ``[N, A]`` of observations ``[N, ...]``."""
+        return self.expected_q(self.logits(obs, head)[1])
+
+    @torch.no_grad()
+    def expected_q(self, z: torch.Tensor) -> torch.Tensor:
+        """Expected Q-values ``[N, A]`` from the atoms' logits ``z [N, A, num_atoms]``: their probabilities
+        times the support."""
+        return torch.matmul(torch.softmax(z, dim=-1), self.support)
 
     @torch.no_grad()
     def ce_gradient(self, hs: list[torch.Tensor], z: torch.Tensor, actions: torch.Tensor, target_p: torch.Tensor,
