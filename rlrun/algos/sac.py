@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -83,6 +83,16 @@ class ActorCriticState:
     replay: ReplayBuffer
     log_alpha: torch.Tensor
     num_updates: int = 0
+    # the Polyak step's (targets, sources) lists by name, built once: every update rebuilt them from the
+    # modules' parameter iterators (~0.1 ms of a 1:1-cadence round); the tensors are updated in place
+    polyak_lists: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = field(default_factory=dict, repr=False)
+
+    def polyak_pair(self, key: str, build: Callable[[], tuple[list[torch.Tensor], list[torch.Tensor]]]
+                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        pair = self.polyak_lists.get(key)
+        if pair is None:
+            pair = self.polyak_lists[key] = build()
+        return pair
 
     def get_state(self, include_buffers: bool = False) -> dict[str, Any]:
         return {"target_model": self.target_model.state_dict(), "log_alpha": self.log_alpha.detach(),
@@ -271,7 +281,7 @@ def sac_after_update(policy: Policy, state: ActorCriticState) -> None:
     """Polyak step of the target critics every ``target_network_update_freq`` updates."""
     cfg = policy.config_as(SACConfig)
     if state.num_updates % cfg.target_network_update_freq == 0:
-        polyak(*_critic_targets(state, policy.model), cfg.tau)
+        polyak(*state.polyak_pair("critics", lambda: _critic_targets(state, policy.model)), cfg.tau)
 
 
 def replay_updates(policy: Policy, state: ActorCriticState, size: int, steps: int,

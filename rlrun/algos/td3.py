@@ -118,11 +118,15 @@ def td3_after_update(policy: Policy, state: ActorCriticState) -> None:
     """After each actor update (every ``policy_delay``-th): Polyak steps of the target actor and critics."""
     cfg = policy.config_as(TD3Config)
     if (state.num_updates - 1) % cfg.policy_delay == 0:  # the update just taken moved the actor
-        model: Any = policy.model
-        target: Any = state.target_model
-        t_critic, o_critic = _critic_targets(state, model)
-        t_actor = [*target.actor.parameters(), *target.head.parameters()]
-        polyak([*t_actor, *t_critic], [*(p.detach() for p in model.actor_parameters()), *o_critic], cfg.tau)
+        polyak(*state.polyak_pair("actor_critics", lambda: _td3_targets(policy, state)), cfg.tau)
+
+
+def _td3_targets(policy: Policy, state: ActorCriticState) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    model: Any = policy.model
+    target: Any = state.target_model
+    t_critic, o_critic = _critic_targets(state, model)
+    t_actor = [*target.actor.parameters(), *target.head.parameters()]
+    return [*t_actor, *t_critic], [*(p.detach() for p in model.actor_parameters()), *o_critic]
 
 
 TD3 = register_algorithm(Algorithm(
