@@ -1,6 +1,7 @@
 """SAC, TD3 and DDPG: the squashed Gaussian, the stacked critics, which parameters each loss term
 reaches, TD3's delayed actor and target updates, acting within the bounds, and bad set-ups refused."""
 
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -56,6 +57,21 @@ def test_squashed_gaussian_logp_matches_torchs_tanh_transformed_normal():
     torch.testing.assert_close(logp[keep], ref.log_prob(a).sum(-1)[keep], rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(d.logp(a)[keep], logp[keep], rtol=1e-4, atol=1e-3)
     assert torch.equal(d.deterministic_sample(), torch.tanh(d.mean))
+
+
+def test_the_tanh_correction_stops_at_log_eps_where_an_action_saturates():
+    """SB3's, RLlib's, CleanRL's and Tianshou's form, log(1 - tanh(u)^2 + 1e-6): at a saturated action the
+    correction is log(1e-6) a dimension and passes no gradient to the mean (the exact form's correction,
+    2 (log 2 - u - softplus(-2u)), is -22.6 a dimension here, logp 42.8, and its gradient 2 tanh(u) = +-2
+    pulls u back)."""
+    inputs = torch.tensor([[12.0, -12.0, 0.3, 0.3]], requires_grad=True)  # means +-12, log-stds 0.3
+    a, logp, _ = SquashedGaussian(inputs).sample_logp_noise(noise=torch.zeros(1, 2))
+    assert torch.equal(a.abs(), torch.ones(1, 2))
+    expected = 2 * (-0.3 - 0.5 * math.log(2 * math.pi)) - 2 * math.log(1e-6)
+    assert float(logp) == pytest.approx(expected, rel=1e-5)
+    (grad,) = torch.autograd.grad(logp.sum(), inputs)
+    assert torch.equal(grad[0, :2], torch.zeros(2))  # the means: nothing through a saturated tanh
+    torch.testing.assert_close(grad[0, 2:], torch.full((2,), -1.0))  # the log-stds: the Gaussian's -1 each
 
 
 def test_the_stacked_critics_compute_what_separate_mlps_would():

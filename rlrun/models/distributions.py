@@ -131,6 +131,7 @@ class SquashedGaussian(ActionDistribution):
     name = "squashed_gaussian"
     unit_actions = True
     LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+    TANH_EPS = 1e-6
 
     def __init__(self, inputs: torch.Tensor) -> None:
         super().__init__(inputs)
@@ -156,9 +157,11 @@ class SquashedGaussian(ActionDistribution):
             noise = torch.randn(self.mean.shape, generator=generator)
         u = self.mean + self.std * noise
         a = torch.tanh(u)
-        # log N(u) - sum log(1 - tanh(u)^2), the latter as 2 (log 2 - u - softplus(-2u)): stable for large |u|
+        # log N(u) - sum log(1 - tanh(u)^2 + 1e-6), the tanh correction as SB3, RLlib, CleanRL and Tianshou write
+        # it: where an action saturates (|u| > ~7) it stops at log(1e-6) and passes no gradient, where the exact
+        # 2 (log 2 - u - softplus(-2u)) keeps pulling u back (HalfCheetah-v5, experiments/continuous_control)
         logp = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        logp = logp - torch.log(1.0 - a.pow(2) + self.TANH_EPS).sum(-1)
         return a, logp, noise
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -172,7 +175,7 @@ class SquashedGaussian(ActionDistribution):
         u = torch.atanh(a)
         z = (u - self.mean) / self.std
         logp = (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return logp - torch.log1p(-a.pow(2)).sum(-1)
+        return logp - torch.log(1.0 - a.pow(2) + self.TANH_EPS).sum(-1)
 
 
 @DISTRIBUTIONS.register("deterministic")

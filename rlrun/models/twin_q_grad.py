@@ -18,8 +18,9 @@ them, so the actor's term passes through the stepped critics (``critic_gradient`
   critic: 0.5 sum_c mean_b (Q_c(s, a) - y)^2,  y = R_n + gamma^n (min_c Q'_c(s', a') - alpha log pi(a'|s'))
   actor:  mean_b (alpha log pi(a~|s) - min_c Q_c(s, a~)), the critics' weights held fixed
   alpha:  -log alpha * mean_b (log pi(a~|s) + target_entropy)
-with log pi(a|s) = sum_i (-noise_i^2 / 2 - log std_i - log(2 pi) / 2) - sum_i 2 (log 2 - u_i - softplus(-2 u_i)),
-whose derivative in u_i (at fixed noise) is 2 tanh(u_i), and in log std_i -1 (plus u's std_i noise_i).
+with log pi(a|s) = sum_i (-noise_i^2 / 2 - log std_i - log(2 pi) / 2) - sum_i log(1 - a_i^2 + 1e-6), whose
+derivative in a_i is 2 a_i / (1 - a_i^2 + 1e-6), in u_i (at fixed noise) that times (1 - a_i^2), and in log std_i
+-1 (plus u's std_i noise_i).
 """
 
 from __future__ import annotations
@@ -219,9 +220,13 @@ class TwinQGrad:
             alpha_loss = -(log_alpha * (logp + target_entropy)).mean()
             log_alpha.grad = -(logp + target_entropy).mean()
         da = self._min_critic_backward(gs_pi, which, -1.0 / n)
-        # a = tanh(u), u = mean + std * noise; d logp / du = 2 tanh(u) = 2 a; d logp / d log_std = -1
+        # a = tanh(u), u = mean + std * noise; d logp / d log_std = -1 (plus u's)
         scale = alpha / n
-        du = da * (1.0 - a_cur * a_cur) + (2.0 * scale) * a_cur
+        # d logp / da = 2a / (1 - a^2 + eps) (the tanh correction's form, SquashedGaussian.TANH_EPS), then through
+        # tanh by the kernel autograd's backward uses: 1 - a^2 cancels near |a| = 1, and computed another way
+        # it rounds differently there
+        g_a = da + (2.0 * scale) * a_cur / (1.0 - a_cur.pow(2) + SquashedGaussian.TANH_EPS)
+        du = torch.ops.aten.tanh_backward(g_a, a_cur)
         d_log_std = (du * both.noise[n:] * both.std[n:] - scale) * both.in_range[n:]
         self._actor_backward(hs, torch.cat([du, d_log_std], dim=-1))  # the rows at s
         return ActorStep(actor, alpha_loss, -logp.mean())
