@@ -60,7 +60,7 @@ def test_squashed_gaussian_logp_matches_torchs_tanh_transformed_normal():
 
 
 def test_the_tanh_correction_stops_at_log_eps_where_an_action_saturates():
-    """SB3's, RLlib's, CleanRL's and Tianshou's form, log(1 - tanh(u)^2 + 1e-6): at a saturated action the
+    """SB3's, RLlib's and CleanRL's form, log(1 - tanh(u)^2 + 1e-6): at a saturated action the
     correction is log(1e-6) a dimension and passes no gradient to the mean (the exact form's correction,
     2 (log 2 - u - softplus(-2u)), is -22.6 a dimension here, logp 42.8, and its gradient 2 tanh(u) = +-2
     pulls u back)."""
