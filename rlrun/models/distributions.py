@@ -157,13 +157,7 @@ class SquashedGaussian(ActionDistribution):
             noise = torch.randn(self.mean.shape, generator=generator)
         u = self.mean + self.std * noise
         a = torch.tanh(u)
-        # log N(u) - sum log(1 - tanh(u)^2 + 1e-6): the tanh correction as SB3, RLlib and CleanRL write it
-        # (Tianshou: float32's epsilon). Where an action saturates (|u| > ~7) it stops at log(1e-6) and passes no
-        # gradient; the exact 2 (log 2 - u - softplus(-2u)) kept pulling u back there, and learned less on
-        # HalfCheetah-v5 (experiments/continuous_control)
-        logp = (-0.5 * noise.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - torch.log(1.0 - a.pow(2) + self.TANH_EPS).sum(-1)
-        return a, logp, noise
+        return a, self._logp(noise, a), noise
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         return self.sample_logp(generator)[0]
@@ -174,7 +168,14 @@ class SquashedGaussian(ActionDistribution):
     def logp(self, actions: torch.Tensor) -> torch.Tensor:
         a = actions.clamp(-1.0 + 1e-6, 1.0 - 1e-6)
         u = torch.atanh(a)
-        z = (u - self.mean) / self.std
+        return self._logp((u - self.mean) / self.std, a)
+
+    def _logp(self, z: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """log pi(a) for the standardised pre-squash value ``z = (u - mean) / std`` and ``a = tanh(u)``:
+        log N(u) - sum log(1 - a^2 + 1e-6). The tanh correction as SB3, RLlib and CleanRL write it (Tianshou:
+        float32's epsilon): where an action saturates (|u| > ~7) it stops at log(1e-6) and passes no gradient;
+        the exact 2 (log 2 - u - softplus(-2u)) kept pulling u back there, and learned less on HalfCheetah-v5
+        (experiments/continuous_control)."""
         logp = (-0.5 * z.pow(2) - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return logp - torch.log(1.0 - a.pow(2) + self.TANH_EPS).sum(-1)
 
