@@ -25,10 +25,11 @@ OBS, ACT = gym.spaces.Box(-np.inf, np.inf, (3, 2), np.float32), gym.spaces.Box(-
 
 
 def policy(hand: bool, *, activation: str = "relu", alpha: float | None = None, num_critics: int = 2,
-           hiddens: tuple[list[int], list[int]] = ([32, 24], [40, 16]), seed: int = 0) -> Policy:
+           hiddens: tuple[list[int], list[int]] = ([32, 24], [40, 16]), seed: int = 0, compile_update: bool = False
+           ) -> Policy:
     m = TwinQConfig(hiddens=hiddens[0], critic_hiddens=hiddens[1], activation=activation, num_critics=num_critics)
     a = SACConfig(hand_gradient=hand, alpha=alpha, learning_starts=0, initial_alpha=0.5, train_batch_size=64,
-                  sgd_minibatch_size=64, training_intensity=64.0)  # one update per stored row
+                  sgd_minibatch_size=64, training_intensity=64.0, compile_update=compile_update)  # one update a row
     p = make_policy("sac", OBS, ACT, model_config=m, algo_config=a, seed=seed)
     with torch.no_grad():
         for t in p.state.target_model.critics.parameters():  # target critics other than the critics
@@ -57,7 +58,13 @@ CASES = list(itertools.product(["relu", "tanh"], [None, 0.2], [2, 1], [([32, 24]
 def test_the_hand_gradient_equals_autograds(activation, alpha, num_critics, hiddens):
     """Each stage's hand-derived gradient against autograd's of the same stage, on the same weights and
     the same noise draws (no step between the stages here)."""
-    p = policy(True, activation=activation, alpha=alpha, num_critics=num_critics, hiddens=hiddens)
+    assert_the_hand_stages_equal_autograds(policy(True, activation=activation, alpha=alpha, num_critics=num_critics,
+                                                  hiddens=hiddens))
+
+
+def assert_the_hand_stages_equal_autograds(p: Policy, rtol: float = 2e-5, atol: float = 1e-6) -> None:
+    """``p``'s hand-derived stages against autograd's of the same stages, on the same weights and noise draws
+    (the gradients to ``rtol`` and ``atol``)."""
     assert isinstance(p.hand_gradient, tuple) and len(p.hand_gradient) == len(p.stages) == 2
     mb = minibatch()
     start = p.generator.get_state()
@@ -84,7 +91,7 @@ def test_the_hand_gradient_equals_autograds(activation, alpha, num_critics, hidd
                 assert h is None or not h.any()
                 continue
             assert h is not None
-            torch.testing.assert_close(h, t.grad, rtol=2e-5, atol=1e-6)
+            torch.testing.assert_close(h, t.grad, rtol=rtol, atol=atol)
     assert {k for o in outs for k in o.terms} == {"critic", "actor", "alpha"}
     clamped = p.model(mb[SB.OBS]).dist_inputs[:, 3:].detach()
     assert (clamped > 2.0).any() and (clamped < 2.0).any()  # the log-std clamp's both sides were exercised

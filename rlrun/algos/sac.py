@@ -35,6 +35,7 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
 from rlrun.models.distributions import ActionDistribution, SquashedGaussian
+from rlrun.models.twin_q_compiled import CompiledTwinQGrad, compiler_problem
 from rlrun.models.twin_q_grad import TwinQGrad
 from rlrun.policy.loss import Stage, StagedLoss
 from rlrun.policy.optim import Groups, make_optimizer
@@ -70,6 +71,7 @@ class SACConfig(OffPolicyConfig):
     alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
     target_entropy: float | None = None  # None: -(action dimensions)
     hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
+    compile_update: bool = False  # that hand-derived update compiled by torch.compile (a C++ compiler; ~30 s once)
 
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)
@@ -249,8 +251,21 @@ def sac_hand_gradient(policy: Policy) -> tuple[GradientFn, GradientFn] | None:
     autograd graph. None (autograd) for another loss or model, or with ``algo.hand_gradient: false``."""
     cfg, st = policy.config_as(SACConfig), policy.state_as(ActorCriticState)
     if not cfg.hand_gradient or policy.loss_fn is not sac_loss or not TwinQGrad.supports(policy.model, st.target_model):
+        if cfg.compile_update:
+            raise PluginError("algo.compile_update: true compiles the hand-derived update, which needs the sac loss "
+                              "on the built-in twin_q_mlp (float32, ReLU or tanh) and algo.hand_gradient: true")
         return None
-    grad = TwinQGrad(policy.model, st.target_model)
+    problem = compiler_problem() if cfg.compile_update else None
+    if problem:
+        raise PluginError(f"algo.compile_update: {problem}")
+    grad = CompiledTwinQGrad(policy.model, st.target_model) if cfg.compile_update else TwinQGrad(
+        policy.model, st.target_model)
+    return sac_hand_stages(policy, grad)
+
+
+def sac_hand_stages(policy: Policy, grad: TwinQGrad) -> tuple[GradientFn, GradientFn]:
+    """The two stages' gradient functions on ``grad`` (eager ``TwinQGrad`` or ``CompiledTwinQGrad``)."""
+    cfg, st = policy.config_as(SACConfig), policy.state_as(ActorCriticState)
     dims = int(np.prod(policy.action_space.shape or (1,)))
     goal = cfg.target_entropy if cfg.target_entropy is not None else -float(dims)
 

@@ -74,6 +74,15 @@ class _Stack(NamedTuple):
         return _Stack(list(stack.weights), list(stack.biases), stack.out_weight, stack.out_bias, stack.num)
 
 
+def squashed_sample(out: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``SquashedGaussian(out).sample_logp_noise(noise=noise)``'s sample ``a`` and log-probability, the std, and
+    where the raw log-std was inside [LOG_STD_MIN, LOG_STD_MAX] (the clamp passes gradients there)."""
+    dist = SquashedGaussian(out)
+    a, logp, _ = dist.sample_logp_noise(noise=noise)
+    raw = out[:, out.shape[1] // 2 :]
+    return a, logp, dist.std, (raw >= SquashedGaussian.LOG_STD_MIN) & (raw <= SquashedGaussian.LOG_STD_MAX)
+
+
 class TwinQGrad:
     """The SAC update's forward passes and gradients for one ``TwinQModel`` and its target copy,
     reading their parameters in place (optimizer steps and the Polyak step write them in place)."""
@@ -113,14 +122,11 @@ class TwinQGrad:
         """``SquashedGaussian(out).sample_logp(generator)`` on the actor's outputs at s' then at s (``n``
         rows each), its noise drawn as two draws of ``n`` rows in that order (as ``sac_loss`` draws it);
         keeps what the backward pass needs."""
-        dist = SquashedGaussian(out)
-        noise = torch.empty(dist.mean.shape)
+        noise = torch.empty(len(out), out.shape[1] // 2)
         torch.randn((n, noise.shape[1]), generator=generator, out=noise[:n])
         torch.randn((n, noise.shape[1]), generator=generator, out=noise[n:])
-        a, logp, noise = dist.sample_logp_noise(noise=noise)
-        raw = out[:, out.shape[1] // 2 :]
-        in_range = (raw >= SquashedGaussian.LOG_STD_MIN) & (raw <= SquashedGaussian.LOG_STD_MAX)
-        return _Sample(a, logp, noise, dist.std, in_range)
+        a, logp, std, in_range = squashed_sample(out, noise)
+        return _Sample(a, logp, noise, std, in_range)
 
     def _critic(self, stack: _Stack, x: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Every critic's input and hidden activations ``[C, B, width]`` and Q-values ``[C, B]``."""

@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rlrun.core.cache import cache_root
+
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 
 
@@ -88,11 +90,8 @@ def store_template() -> Path | None:
     (``$RLRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/rlrun``, else ``~/.cache/rlrun``)."""
     import mlflow
 
-    root = os.environ.get("RLRUN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rlrun")
-    if not os.path.isabs(root):
-        return None
-    return Path(root) / f"mlflow-{mlflow.__version__}-empty.db"
+    root = cache_root()
+    return None if root is None else Path(root) / f"mlflow-{mlflow.__version__}-empty.db"
 
 
 def _copy_template(template: Path, tmp: Path) -> bool:
