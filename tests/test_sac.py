@@ -219,7 +219,9 @@ def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
     assert r.metrics["train/num_updates"] == 192 and np.isfinite(r.metrics["train/loss/actor"])
 
 
-@pytest.mark.parametrize(("preset", "hiddens"), [("sac_halfcheetah", [256, 256]), ("td3_halfcheetah", [400, 300])])
+@pytest.mark.parametrize(("preset", "hiddens"), [
+    pytest.param("sac_halfcheetah", [256, 256], marks=pytest.mark.slow),  # it compiles its update (~35 s)
+    ("td3_halfcheetah", [400, 300])])
 def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, preset, hiddens):
     preset_cfg = compose([f"+experiment={preset}"])
     # rl-zoo's cadence: rounds of one env step and one update, reported every 1,024 env steps

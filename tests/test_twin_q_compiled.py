@@ -12,6 +12,7 @@ from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.algos.sac import sac_hand_stages
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.twin_q_compiled import CompiledTwinQGrad
+from tests.conftest import run_cli
 from tests.test_twin_q_grad import CASES, assert_the_hand_stages_equal_autograds, parameters, policy
 
 
@@ -22,6 +23,7 @@ def test_the_compiled_stages_run_eagerly_equal_autograds(activation, alpha, num_
     assert_the_hand_stages_equal_autograds(p)
 
 
+@pytest.mark.slow  # ~35 s of compiling
 def test_the_update_compiled_by_inductor_equals_autograds_and_learns_as_the_eager_one():
     """Compiled for real (a C++ compiler, inductor's cache in the suite's temp dir): each stage's gradients
     against autograd's, then 256 updates of a learn call against the eager hand gradient's."""
@@ -61,3 +63,14 @@ def test_set_ups_it_cannot_compile_get_one_line(overrides, env, says, refuse, mo
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], p.stderr
+
+
+def test_a_compiler_that_fails_stops_the_run_with_one_line(tmp_path):
+    """``CXX`` names a program that exists but compiles nothing: the first update says so, exit 2."""
+    p = run_cli(["+experiment=sac_pendulum", "tracking=none", "progress=false", "algo.compile_update=true",
+                 "algo.learning_starts=64", "stop.timesteps_total=256", f"output_dir={tmp_path}/out"], tmp_path,
+                env={"CXX": "false"})
+    assert p.returncode == 2, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rlrun: error: algo.compile_update: torch.compile could not "
+                                                   "compile SAC's update (InductorError: InvalidCxxCompiler"), lines

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from rlrun.core.cache import cache_root
+from rlrun.core.errors import PluginError, one_line
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.models.mlp_grad import flat
 from rlrun.models.twin_q_grad import ActorStep, CriticStep, TwinQGrad, _Stack, squashed_sample
@@ -155,7 +156,21 @@ def _compiled(fn: Callable[..., Any], relu: bool) -> Callable[..., Any]:
     options: dict[str, str | int | bool | Callable[..., Any]] = {
         "cpp_cache_precompile_headers": False, "cpp.enable_floating_point_contract_flag": "fast"}
     compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
-    return lambda *args: compiled(relu, *args)
+    checked = False
+
+    def call(*args: Any) -> Any:
+        nonlocal checked
+        if checked:
+            return compiled(relu, *args)
+        try:  # the first call compiles: a compiler that fails says so in one line
+            out = compiled(relu, *args)
+        except Exception as e:
+            raise PluginError(f"algo.compile_update: torch.compile could not compile SAC's update ({one_line(e)}); "
+                              "algo.compile_update=false runs it eagerly") from e
+        checked = True
+        return out
+
+    return call
 
 
 class CompiledTwinQGrad(TwinQGrad):
