@@ -4,16 +4,12 @@ real by inductor, against autograd and over a learn call; the set-ups it refuses
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
 
-from rlrun.algos.algorithm import LearnContext, get_algorithm
 from rlrun.algos.sac import sac_hand_stages
-from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.twin_q_compiled import CompiledTwinQGrad
 from tests.conftest import run_cli
-from tests.test_twin_q_grad import CASES, assert_the_hand_stages_equal_autograds, parameters, policy
+from tests.test_twin_q_grad import CASES, assert_a_learn_call_agrees, assert_the_hand_stages_equal_autograds, policy
 
 
 @pytest.mark.parametrize(("activation", "alpha", "num_critics", "hiddens"), CASES)
@@ -34,21 +30,7 @@ def test_the_update_compiled_by_inductor_equals_autograds_and_learns_as_the_eage
     # the actor's gradients to 5e-5 of their ~0.4 scale: where the case saturates an action, 2a / (1 - a^2 + 1e-6)
     # is ~1e6 and the fused loop rounds it an ulp away from the eager kernels (the critics' agree to 3e-7)
     assert_the_hand_stages_equal_autograds(p, atol=5e-5)
-    compiled, eager = policy(True, compile_update=True, seed=1), policy(True, seed=1)
-    rng, n = np.random.default_rng(0), 256
-    rows = SB({SB.OBS: rng.standard_normal((n, 3, 2)).astype(np.float32),
-               SB.ACTIONS: rng.uniform(-2, 3, (n, 3)).astype(np.float32),
-               SB.NSTEP_NEXT_OBS: rng.standard_normal((n, 3, 2)).astype(np.float32),
-               SB.NSTEP_REWARDS: rng.standard_normal(n).astype(np.float32),
-               SB.NSTEP_DISCOUNT: np.full(n, 0.97, np.float32)})
-    learn = get_algorithm("sac").learn
-    stats = [learn(q, rows, LearnContext(n, 0)) for q in (compiled, eager)]
-    assert stats[0]["train/num_sgd_steps"] == stats[1]["train/num_sgd_steps"] == 256
-    for k in ("train/loss/critic", "train/loss/actor", "train/loss/alpha", "train/q_mean", "train/entropy"):
-        assert stats[0][k] == pytest.approx(stats[1][k], rel=1e-3, abs=1e-4), k
-    for a, b in zip(parameters(compiled), parameters(eager), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
-    assert not torch.equal(compiled.model.head.weight, policy(True, seed=1).model.head.weight)  # it did learn
+    assert_a_learn_call_agrees(policy(True, compile_update=True, seed=1), policy(True, seed=1), 256)
 
 
 @pytest.mark.parametrize(("overrides", "env", "says"), [

@@ -100,23 +100,29 @@ def assert_the_hand_stages_equal_autograds(p: Policy, rtol: float = 2e-5, atol: 
 def test_a_sac_iteration_learns_the_same_with_the_hand_gradient_and_with_autograd():
     """One learn call (1,024 updates on replayed minibatches: three Adam groups and the Polyak step):
     the losses and the weights after it agree to float rounding."""
-    hand, ref = policy(True), policy(False)
-    rng, n = np.random.default_rng(0), 1024
+    assert_a_learn_call_agrees(policy(True), policy(False), 1024)
+
+
+def assert_a_learn_call_agrees(a: Policy, b: Policy, n: int) -> None:
+    """One learn call of ``n`` stored rows (one update a row) on each of two policies with the same weights: the
+    losses, the weights and the target critics after it agree to float rounding, and the weights moved."""
+    rng = np.random.default_rng(0)
     rows = SB({SB.OBS: rng.standard_normal((n, 3, 2)).astype(np.float32),
                SB.ACTIONS: rng.uniform(-2, 3, (n, 3)).astype(np.float32),
                SB.NSTEP_NEXT_OBS: rng.standard_normal((n, 3, 2)).astype(np.float32),
                SB.NSTEP_REWARDS: rng.standard_normal(n).astype(np.float32),
                SB.NSTEP_DISCOUNT: np.full(n, 0.97, np.float32)})
+    before = a.model.head.weight.clone()
     learn = get_algorithm("sac").learn
-    stats = [learn(p, rows, LearnContext(n, 0)) for p in (hand, ref)]
-    assert stats[0]["train/num_sgd_steps"] == stats[1]["train/num_sgd_steps"] == 1024
+    stats = [learn(p, rows, LearnContext(n, 0)) for p in (a, b)]
+    assert stats[0]["train/num_sgd_steps"] == stats[1]["train/num_sgd_steps"] == n
     for k in ("train/loss/critic", "train/loss/actor", "train/loss/alpha", "train/q_mean", "train/entropy"):
         assert stats[0][k] == pytest.approx(stats[1][k], rel=1e-3, abs=1e-4), k
-    for p, q in zip(parameters(hand), parameters(ref), strict=True):
+    for p, q in zip(parameters(a), parameters(b), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
-    for p, q in zip(hand.state.target_model.parameters(), ref.state.target_model.parameters(), strict=True):
+    for p, q in zip(a.state.target_model.parameters(), b.state.target_model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
-    assert not torch.equal(hand.model.head.weight, policy(True).model.head.weight)  # it did learn
+    assert not torch.equal(a.model.head.weight, before)  # it did learn
 
 
 def test_models_and_losses_it_does_not_cover_learn_by_autograd():

@@ -1,0 +1,107 @@
+"""SAC's update compiled by torch.compile (``algo.compile_update``) against the eager hand-derived update, at
+rl-zoo's cadence on HalfCheetah-v5 (one env step, one 256-row update, 256x256 nets).
+
+One ``sac_halfcheetah`` trainer (no MLflow, no evaluation), its policy switched between the two updates
+(``sac_hand_stages`` on a ``CompiledTwinQGrad`` or on a ``TwinQGrad``, both reading the same weights) iteration
+by iteration, in alternating order per pair; each iteration is ``--rounds`` rounds of one env step and one
+update. Measured: the iteration's wall time per round (``time/iteration_s``), its sampling and learning parts,
+after the compile and a warm-up. Writes results/<name>.md, .csv and .png.
+
+    python experiments/continuous_control/compiled.py --pairs 8 --name compiled_2026-12-01
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODES = ("compiled", "eager")
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, object]]:
+    import torch
+
+    from rlrun.algos.sac import sac_hand_stages
+    from rlrun.app.runner import make_trainer
+    from rlrun.models.twin_q_compiled import CompiledTwinQGrad
+    from rlrun.models.twin_q_grad import TwinQGrad
+
+    tr = make_trainer(["+experiment=sac_halfcheetah", "tracking=none", "progress=false", f"seed={args.seed}",
+                       f"torch_threads={args.threads}", "algo.learning_starts=1024", "evaluation.interval=0",
+                       f"min_sample_timesteps_per_iteration={args.rounds}"])
+    p = tr.policy
+    hands = {"compiled": sac_hand_stages(p, CompiledTwinQGrad(p.model, p.state.target_model)),
+             "eager": sac_hand_stages(p, TwinQGrad(p.model, p.state.target_model))}
+    for i in range(6):  # the random steps, the compile, a warm-up of each
+        p.hand_gradient = hands[MODES[i % 2]]
+        tr.train()
+    rows: list[dict[str, object]] = []
+    for pair in range(args.pairs):
+        for mode in (MODES if pair % 2 == 0 else MODES[::-1]):
+            p.hand_gradient = hands[mode]
+            r = tr.train()
+            ms = {k: r[f"time/{k}_s"] / args.rounds * 1e3 for k in ("iteration", "sample", "learn")}
+            rows.append({"pair": pair, "mode": mode, "round_ms": round(ms["iteration"], 3),
+                         "sample_ms": round(ms["sample"], 3), "learn_ms": round(ms["learn"], 3)})
+            print(rows[-1], flush=True)
+    assert torch.get_num_threads() == args.threads
+    return rows
+
+
+def write(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    with open(out / f"{args.name}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    by = {m: [r for r in rows if r["mode"] == m] for m in MODES}
+    ratios = [float(str(c["round_ms"])) / float(str(e["round_ms"])) for c, e in zip(by["compiled"], by["eager"],
+                                                                                    strict=True)]
+    lines = [f"# SAC on HalfCheetah-v5: the update compiled against the eager one, {time.strftime('%Y-%m-%d')}", "",
+             f"`python experiments/continuous_control/compiled.py --pairs {args.pairs} --rounds {args.rounds} "
+             f"--threads {args.threads} --seed {args.seed}` ({os.cpu_count()} cores, {args.threads} torch threads). "
+             f"One trainer, the two updates alternating iteration by iteration; {args.rounds} rounds of one env step "
+             "and one 256-row update an iteration.", "",
+             "| update | round (ms), median | sampling (ms) | learning (ms) |", "| --- | --- | --- | --- |"]
+    for m in MODES:
+        med = {k: statistics.median(float(str(r[k])) for r in by[m]) for k in ("round_ms", "sample_ms", "learn_ms")}
+        lines.append(f"| {m} | {med['round_ms']:.2f} | {med['sample_ms']:.2f} | {med['learn_ms']:.2f} |")
+    lines += ["", f"Compiled / eager round time, median of the {len(ratios)} pairs' ratios: "
+              f"**{statistics.median(ratios):.3f}** (range {min(ratios):.3f}-{max(ratios):.3f})."]
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for m in MODES:
+        ax.plot([r["pair"] for r in by[m]], [r["round_ms"] for r in by[m]], "o-", label=m)
+    ax.set_xlabel("pair")
+    ax.set_ylabel("ms per round (env step + update)")
+    ax.set_title("SAC HalfCheetah-v5, rl-zoo's cadence")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / f"{args.name}.png", dpi=100)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=256, help="rounds (one env step, one update) an iteration")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default=f"compiled_{time.strftime('%Y-%m-%d')}")
+    args = ap.parse_args()
+    write(measure(args), args)
+
+
+if __name__ == "__main__":
+    main()
