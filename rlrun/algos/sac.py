@@ -71,7 +71,7 @@ class SACConfig(OffPolicyConfig):
     alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
     target_entropy: float | None = None  # None: -(action dimensions)
     hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
-    compile_update: bool = False  # that hand-derived update compiled by torch.compile (a C++ compiler; ~30 s once)
+    compile_update: bool = False  # that hand-derived update compiled by torch.compile (a C++ compiler; ~35 s once)
 
 
 REPLAY_COLUMNS = (SB.OBS, SB.ACTIONS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT)

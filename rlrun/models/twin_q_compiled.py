@@ -4,10 +4,11 @@
 Why: eager, an update of HalfCheetah's sizes (256-row minibatches, 256x256 nets, two threads) is ~2.4 ms of
 matrix products and ~2 ms of ~250 small operator calls between them (elementwise passes, sums, the sample's
 log-probability, each one a dispatch). Compiled, the elementwise work between two products is one fused loop
-and the products stay MKL's: a 1:1-cadence round of ``sac_halfcheetah`` took 0.85x the eager hand gradient's
-time (8 alternating pairs of 256 rounds in one process, 2026-12-01, experiments/continuous_control). The cost:
-a C++ compiler, and ~30-40 s of compiling once per process (inductor's cache, ``$TORCHINDUCTOR_CACHE_DIR``,
-else ``inductor/`` in rlrun's cache dir, makes a later process's ~8 s).
+and the products stay MKL's: a 1:1-cadence round of ``sac_halfcheetah`` took 0.89-0.93x the eager hand
+gradient's time (medians of 8 alternating pairs of 256 rounds in one process, 2026-12-01,
+experiments/continuous_control/compiled.py). The cost: a C++ compiler, and ~35 s of compiling once per
+process (inductor's cache, ``$TORCHINDUCTOR_CACHE_DIR``, else ``inductor/`` in rlrun's cache dir, makes a
+later process's ~8 s). The actor's sample stays the eager code, an opaque custom op in the graph (below).
 
 The arithmetic is ``TwinQGrad``'s, with one difference for a static graph: the actor's term back-propagates
 through every critic with the rows another critic is the minimum of masked to zero (``TwinQGrad`` gathers
@@ -146,7 +147,7 @@ def compiler_problem() -> str | None:
     return None
 
 
-def _compiled(fn: Callable[..., Any], relu: bool) -> Callable[..., Any]:
+def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
     # Inductor keeps its cache in <temp dir>/torchinductor_<user> unless told otherwise: rlrun's cache dir
     # instead; its precompiled headers always go there, so none (compiling took 38 s against 32 s with them).
     # Multiply-adds contracted as GCC builds ATen's kernels: the tanh backward's g (1 - a^2) then rounds as theirs
@@ -155,19 +156,25 @@ def _compiled(fn: Callable[..., Any], relu: bool) -> Callable[..., Any]:
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(root, "inductor"))
     options: dict[str, str | int | bool | Callable[..., Any]] = {
         "cpp_cache_precompile_headers": False, "cpp.enable_floating_point_contract_flag": "fast"}
-    compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
-    checked = False
+    return torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+
+
+def _compiled(fn: Callable[..., Any], relu: bool) -> Callable[..., Any]:
+    """``fn(relu, ...)`` compiled at its first call (a rollout worker's policy, which never learns, does not
+    even import Dynamo); a compiler that fails then says so in one line."""
+    compiled: Callable[..., Any] | None = None
 
     def call(*args: Any) -> Any:
-        nonlocal checked
-        if checked:
+        nonlocal compiled
+        if compiled is not None:
             return compiled(relu, *args)
-        try:  # the first call compiles: a compiler that fails says so in one line
-            out = compiled(relu, *args)
+        first = _compile(fn)
+        try:
+            out = first(relu, *args)
         except Exception as e:
             raise PluginError(f"algo.compile_update: torch.compile could not compile SAC's update ({one_line(e)}); "
                               "algo.compile_update=false runs it eagerly") from e
-        checked = True
+        compiled = first
         return out
 
     return call
