@@ -220,8 +220,7 @@ def test_ddpg_is_td3_with_one_critic_no_delay_and_no_smoothing(tmp_path):
 
 
 @pytest.mark.parametrize(("preset", "hiddens"), [
-    pytest.param("sac_halfcheetah", [256, 256], marks=pytest.mark.slow),  # it compiles its update (~35 s)
-    ("td3_halfcheetah", [400, 300])])
+    ("sac_halfcheetah", [256, 256]), ("td3_halfcheetah", [400, 300])])
 def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, preset, hiddens):
     preset_cfg = compose([f"+experiment={preset}"])
     # rl-zoo's cadence: rounds of one env step and one update, reported every 1,024 env steps

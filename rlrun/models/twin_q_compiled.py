@@ -30,7 +30,7 @@ from rlrun.core.cache import cache_root
 from rlrun.core.errors import PluginError, one_line
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.models.mlp_grad import flat
-from rlrun.models.twin_q_grad import ActorStep, CriticStep, TwinQGrad, _Stack, squashed_sample
+from rlrun.models.twin_q_grad import ActorStep, CriticStep, TwinQGrad, _Stack, draw_noise, squashed_sample
 
 Stack = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]  # weights, biases, out w, out b
 Torso = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]  # the actor's, the head last
@@ -205,9 +205,7 @@ class CompiledTwinQGrad(TwinQGrad):
         obs_k, act_k, next_k, rew_k, disc_k = columns
         obs, next_obs = flat(batch[obs_k]), flat(batch[next_k])
         n = len(obs)
-        noise = torch.empty(2 * n, self.act_dim)  # drawn as TwinQGrad draws it: n rows at s', then n at s
-        torch.randn((n, self.act_dim), generator=generator, out=noise[:n])
-        torch.randn((n, self.act_dim), generator=generator, out=noise[n:])
+        noise = draw_noise(n, self.act_dim, generator)  # as TwinQGrad draws it
         unit = self.model.to_unit(batch[act_k])
         gw, gb, g_ow, g_ob, critic, q_mean, target_mean, saved = self._critic_stage(
             obs, next_obs, unit, batch[rew_k].float(), batch[disc_k].float(), noise, alpha, self._torso(),

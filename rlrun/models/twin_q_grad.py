@@ -74,6 +74,15 @@ class _Stack(NamedTuple):
         return _Stack(list(stack.weights), list(stack.biases), stack.out_weight, stack.out_bias, stack.num)
 
 
+def draw_noise(n: int, dims: int, generator: torch.Generator) -> torch.Tensor:
+    """The actor's standard-normal noise for ``n`` rows at s' then ``n`` at s, ``[2n, dims]``, drawn as two draws of
+    ``n`` rows in that order (as ``sac_loss``'s two stages draw it)."""
+    noise = torch.empty(2 * n, dims)
+    torch.randn((n, dims), generator=generator, out=noise[:n])
+    torch.randn((n, dims), generator=generator, out=noise[n:])
+    return noise
+
+
 def squashed_sample(out: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``SquashedGaussian(out).sample_logp_noise(noise=noise)``'s sample ``a`` and log-probability, the std, and
     where the raw log-std was inside [LOG_STD_MIN, LOG_STD_MAX] (the clamp passes gradients there)."""
@@ -120,11 +129,8 @@ class TwinQGrad:
     @staticmethod
     def _sample(out: torch.Tensor, n: int, generator: torch.Generator) -> _Sample:
         """``SquashedGaussian(out).sample_logp(generator)`` on the actor's outputs at s' then at s (``n``
-        rows each), its noise drawn as two draws of ``n`` rows in that order (as ``sac_loss`` draws it);
-        keeps what the backward pass needs."""
-        noise = torch.empty(len(out), out.shape[1] // 2)
-        torch.randn((n, noise.shape[1]), generator=generator, out=noise[:n])
-        torch.randn((n, noise.shape[1]), generator=generator, out=noise[n:])
+        rows each, the noise ``draw_noise``'s); keeps what the backward pass needs."""
+        noise = draw_noise(n, out.shape[1] // 2, generator)
         a, logp, std, in_range = squashed_sample(out, noise)
         return _Sample(a, logp, noise, std, in_range)
 
