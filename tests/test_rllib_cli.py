@@ -119,6 +119,24 @@ def test_keys_accepted_without_use_are_listed_nested_ones_included():
     assert "algo.replay_capacity=5000" in tr.overrides and "algo.prioritized_replay=false" in tr.overrides
 
 
+def test_rllibs_cpus_per_worker_size_the_ray_workers_and_are_ignored_without_them():
+    from rlrun.config.typed import ConfigError
+
+    ray = translate({"run": "PPO", "env": "CartPole-v1", "config": {"num_workers": 2, "num_cpus_per_worker": 0.5}}, "p")
+    assert {"rollout=ray", "rollout.num_workers=2", "rollout.num_cpus_per_worker=0.5"} <= set(ray.overrides)
+    assert ray.ignored == []
+    newest = translate({"run": "PPO", "env": "CartPole-v1", "config": {"num_env_runners": 1,
+                                                                         "num_cpus_per_env_runner": 2}}, "p")
+    assert "rollout.num_cpus_per_worker=2" in newest.overrides and newest.ignored == []
+    # RLlib's default workers run here as env copies in this process: no actor to size
+    local = translate({"run": "PPO", "env": "CartPole-v1", "config": {"num_cpus_per_worker": 2}}, "p")
+    assert local.ignored == ["num_cpus_per_worker"]
+    assert not any(o.startswith(("rollout=", "rollout.num_cpus_per_worker")) for o in local.overrides)
+    for bad in (0, "two", True, float("inf")):
+        with pytest.raises(ConfigError, match=f"config.num_cpus_per_worker: .*got {bad!r}"):
+            translate({"run": "PPO", "env": "CartPole-v1", "config": {"num_workers": 1, "num_cpus_per_worker": bad}})
+
+
 def test_grid_search_becomes_a_sweep_over_the_rlrun_key():
     spec = {"run": "PPO", "env": "CartPole-v1", "config": {"lr": {"grid_search": [0.001, 0.0003]},
                                                              "model": {"fcnet_hiddens": [32]}}}

@@ -257,6 +257,13 @@ def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refus
     assert bundles({}) == [{"CPU": 1.0}]
     assert bundles({"num_cpus_for_driver": 0.5, "num_workers": 2}) == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}]
     assert bundles({"num_cpus_for_main_process": 0.25}) == [{"CPU": 0.25}]  # RLlib's newest name
+    # each Ray rollout worker's bundle holds the CPUs its actor asks for (RLlib's num_cpus_per_worker, newest name too)
+    assert bundles({"num_workers": 2, "num_cpus_per_worker": 0.5}) == [{"CPU": 1.0}, {"CPU": 0.5}, {"CPU": 0.5}]
+    assert bundles({"num_env_runners": 1, "num_cpus_per_env_runner": 2}) == [{"CPU": 1.0}, {"CPU": 2.0}]
+    assert bundles({"rlrun": {"rollout": {"num_workers": 1, "num_cpus_per_worker": 0.25}}}) == [{"CPU": 1.0},
+                                                                                                 {"CPU": 0.25}]
+    with pytest.raises(ConfigError, match="config.num_cpus_per_worker: .*got 0"):
+        bundles({"num_workers": 1, "num_cpus_per_worker": 0})
     for bad in (0, -1, "half", True, float("inf"), float("nan"), 65):
         with pytest.raises(ConfigError, match=f"config.num_cpus_for_driver: .*got {bad!r}"):
             bundles({"num_cpus_for_driver": bad})

@@ -84,9 +84,13 @@ RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10}
 # share (``RLrunTrainable.default_resource_request``); outside Tune they mean nothing (listed as ignored)
 DRIVER_CPU_KEYS = ("num_cpus_for_main_process", "num_cpus_for_local_worker", "num_cpus_for_driver")
 
+# RLlib's names (newest first) for the CPUs of each rollout worker: rollout.num_cpus_per_worker where the file asks
+# for Ray workers (num_workers / num_env_runners), else accepted without use (the env copies run in-process)
+WORKER_CPU_KEYS = ("num_cpus_per_env_runner", "num_cpus_per_worker")
+
 # keys that only meant something to TensorFlow, to RLlib's own machinery or to its reporting:
 # accepted and listed once as ignored
-IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", "num_cpus_per_worker",
+IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", *WORKER_CPU_KEYS,
            "num_gpus_per_worker", "tf_session_args", "local_tf_session_args", "min_sample_timesteps_per_reporting",
            "min_time_s_per_iteration", "min_time_s_per_reporting", "timesteps_per_iteration", "soft_horizon",
            "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus", "preprocessor_pref",

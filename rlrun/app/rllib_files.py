@@ -19,6 +19,7 @@ from rlrun.app.rllib_config import (
     OFF_POLICY,
     RLLIB_DEFAULTS,
     STOP_KEYS,
+    WORKER_CPU_KEYS,
     Context,
     Translation,
     env_id,
@@ -149,6 +150,7 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
     if "num_workers" in user or "num_env_runners" in user:
         if workers:
             out += [("rollout", "ray"), ("rollout.num_workers", workers)]
+            out += _worker_cpus(user, tr)
     elif workers:  # RLlib's default workers: as many env copies in-process (the same samples)
         envs *= workers
         workers = 0
@@ -177,6 +179,18 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
                         f"{round_rows}: using {math.ceil(batch / round_rows) * round_rows}, as RLlib samples")
         batch = math.ceil(batch / round_rows) * round_rows
     return [*out, ("rollout.rollout_fragment_length", int(frag)), ("algo.train_batch_size", batch)]
+
+
+def _worker_cpus(user: Mapping[str, Any], tr: Translation) -> list[tuple[str, Any]]:
+    """RLlib's CPUs per rollout worker as the Ray actors' ``rollout.num_cpus_per_worker`` (no longer ignored)."""
+    key = next((k for k in WORKER_CPU_KEYS if k in user), None)
+    if key is None:
+        return []
+    value = user[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"config.{key}: expected a positive number of CPUs per rollout worker, got {value!r}")
+    tr.ignored = [k for k in tr.ignored if k not in WORKER_CPU_KEYS]
+    return [("rollout.num_cpus_per_worker", value)]
 
 
 def _stop(stop: Any, name: str, notes: list[str]) -> list[str]:

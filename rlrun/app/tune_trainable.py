@@ -266,10 +266,12 @@ class RLrunTrainable(tune.Trainable):
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
         """One CPU for the trial (RLlib's ``num_cpus_for_driver`` or its newer names: a share, 0.5 runs two
-        trials a CPU), one per Ray rollout worker (RLlib's ``num_workers``, rlrun's ``rollout.num_workers``)."""
+        trials a CPU), and for each Ray rollout worker (RLlib's ``num_workers``, rlrun's ``rollout.num_workers``)
+        its CPUs (RLlib's ``num_cpus_per_worker`` or ``num_cpus_per_env_runner``, rlrun's
+        ``rollout.num_cpus_per_worker``; 1 unless set), as the worker actors ask for them."""
         from ray.tune import PlacementGroupFactory
 
-        from rlrun.app.rllib_config import DRIVER_CPU_KEYS
+        from rlrun.app.rllib_config import DRIVER_CPU_KEYS, WORKER_CPU_KEYS
 
         own = 1.0
         for key in DRIVER_CPU_KEYS:
@@ -280,10 +282,19 @@ class RLrunTrainable(tune.Trainable):
                 own = float(v)
                 break
         workers = config.get("rollout.num_workers", config.get("num_env_runners", config.get("num_workers", 0)))
-        if "rlrun" in config and "rollout.num_workers" not in config:
-            workers = ((config["rlrun"].get("rollout") or {}).get("num_workers")) or 0
+        cpus_key = next((k for k in ("rollout.num_cpus_per_worker", *WORKER_CPU_KEYS) if k in config), None)
+        per = config[cpus_key] if cpus_key else 1.0
+        if "rlrun" in config:
+            rollout = config["rlrun"].get("rollout") or {}
+            if "rollout.num_workers" not in config:
+                workers = rollout.get("num_workers") or 0
+            if cpus_key is None and "num_cpus_per_worker" in rollout:
+                cpus_key, per = "rollout.num_cpus_per_worker", rollout["num_cpus_per_worker"]
+        if isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= MAX_TRIAL_CPUS:
+            raise ConfigError(f"config.{cpus_key}: expected a number of CPUs per rollout worker in (0, "
+                              f"{MAX_TRIAL_CPUS}], got {per!r}")
         n = int(workers) if isinstance(workers, int | float) else 0
-        return PlacementGroupFactory([{"CPU": own}] + [{"CPU": 1.0}] * n)
+        return PlacementGroupFactory([{"CPU": own}] + [{"CPU": float(per)}] * n)
 
 
 def trainable(algo: Any) -> type[RLrunTrainable]:
