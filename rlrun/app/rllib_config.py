@@ -88,6 +88,16 @@ DRIVER_CPU_KEYS = ("num_cpus_for_main_process", "num_cpus_for_local_worker", "nu
 # for Ray workers (num_workers / num_env_runners), else accepted without use (the env copies run in-process)
 WORKER_CPU_KEYS = ("num_cpus_per_env_runner", "num_cpus_per_worker")
 
+
+
+def check_cpus(key: str, value: Any, upper: float = math.inf, what: str = "a number of CPUs") -> None:
+    """One line naming ``config.<key>`` unless ``value`` is a finite number of CPUs in (0, ``upper``]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value <= upper
+                                                                               and math.isfinite(value)):
+        bound = f" in (0, {upper}]" if math.isfinite(upper) else ""
+        raise ConfigError(f"config.{key}: expected {what}{bound}, got {value!r}")
+
+
 # keys that only meant something to TensorFlow, to RLlib's own machinery or to its reporting:
 # accepted and listed once as ignored
 IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", *WORKER_CPU_KEYS,

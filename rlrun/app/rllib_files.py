@@ -22,6 +22,7 @@ from rlrun.app.rllib_config import (
     WORKER_CPU_KEYS,
     Context,
     Translation,
+    check_cpus,
     env_id,
     fmt,
 )
@@ -187,8 +188,7 @@ def _worker_cpus(user: Mapping[str, Any], tr: Translation) -> list[tuple[str, An
     if key is None:
         return []
     value = user[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ConfigError(f"config.{key}: expected a positive number of CPUs per rollout worker, got {value!r}")
+    check_cpus(key, value, what="a positive number of CPUs per rollout worker")
     tr.ignored = [k for k in tr.ignored if k not in WORKER_CPU_KEYS]
     return [("rollout.num_cpus_per_worker", value)]
 

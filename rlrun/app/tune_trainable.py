@@ -271,15 +271,13 @@ class RLrunTrainable(tune.Trainable):
         ``rollout.num_cpus_per_worker``; 1 unless set), as the worker actors ask for them."""
         from ray.tune import PlacementGroupFactory
 
-        from rlrun.app.rllib_config import DRIVER_CPU_KEYS, WORKER_CPU_KEYS
+        from rlrun.app.rllib_config import DRIVER_CPU_KEYS, WORKER_CPU_KEYS, check_cpus
 
         own = 1.0
         for key in DRIVER_CPU_KEYS:
             if key in config:
-                v = config[key]
-                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= MAX_TRIAL_CPUS:
-                    raise ConfigError(f"config.{key}: expected a number of CPUs in (0, {MAX_TRIAL_CPUS}], got {v!r}")
-                own = float(v)
+                check_cpus(key, config[key], MAX_TRIAL_CPUS)
+                own = float(config[key])
                 break
         workers = config.get("rollout.num_workers", config.get("num_env_runners", config.get("num_workers", 0)))
         cpus_key = next((k for k in ("rollout.num_cpus_per_worker", *WORKER_CPU_KEYS) if k in config), None)
@@ -290,9 +288,7 @@ class RLrunTrainable(tune.Trainable):
                 workers = rollout.get("num_workers") or 0
             if cpus_key is None and "num_cpus_per_worker" in rollout:
                 cpus_key, per = "rollout.num_cpus_per_worker", rollout["num_cpus_per_worker"]
-        if isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= MAX_TRIAL_CPUS:
-            raise ConfigError(f"config.{cpus_key}: expected a number of CPUs per rollout worker in (0, "
-                              f"{MAX_TRIAL_CPUS}], got {per!r}")
+        check_cpus(str(cpus_key), per, MAX_TRIAL_CPUS, "a number of CPUs per rollout worker")
         n = int(workers) if isinstance(workers, int | float) else 0
         return PlacementGroupFactory([{"CPU": own}] + [{"CPU": float(per)}] * n)
 
