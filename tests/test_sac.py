@@ -127,7 +127,7 @@ def test_an_update_steps_the_critics_before_the_actors_term_is_computed(hand):
     tb = {k: torch.from_numpy(v) for k, v in _batch().items()}
     keys = {"learning_starts": 0, "hand_gradient": hand}
     p, staged, together = _policy(algo_keys=keys), _policy(algo_keys=keys), _policy(algo_keys=keys)
-    assert (p.hand_gradient is not None) == hand and [g for _, g in p.stages] == [("critic",), ("actor", "alpha")]
+    assert (p.hand_gradient is not None) == hand and [s.groups for s in p.stages] == [("critic",), ("actor", "alpha")]
     for q in (p, staged, together):
         q.optimizer.set_lr(q.config.lr)
     for _ in range(3):  # (Adam's first step is lr x the gradient's sign: the orders part from the second)
@@ -193,6 +193,37 @@ def test_td3_moves_the_actor_and_the_targets_every_policy_delay_th_update():
                       any(not torch.equal(a, b) for a, b in zip(target0, st.target_model.parameters(), strict=True))))
     assert moved == [(True, True), (False, False), (True, True), (False, False)]
     assert st.num_updates == 4
+
+
+def test_a_td3_update_steps_the_critics_before_the_delayed_actors_term_is_computed():
+    """The TD3 authors' order (SB3's, CleanRL's): the critics step, then on every policy_delay-th update the actor's
+    term passes through the stepped critics. Updates equal those stages done by hand (the actor's only where
+    due), and differ from both terms on the critics before their step (RLlib's DDPG/TD3 order)."""
+    tb = {k: torch.from_numpy(v) for k, v in _batch().items()}
+    p, staged, together = (_policy("td3", {"learning_starts": 0, "policy_delay": 2}) for _ in range(3))
+    assert [(s.groups, s.when is not None) for s in p.stages] == [(("critic",), False), (("actor",), True)]
+    for q in (p, staged, together):
+        q.optimizer.set_lr(q.config.lr)
+    took = []
+    for _ in range(4):  # updates 0 and 2 move the actor, 1 and 3 do not (Adam's first step is lr x sign(grad))
+        stats = p.learn_on_minibatch(dict(tb))
+        took.append("train/loss/actor" in stats)
+        for stage in td3_loss.stages:
+            if stage.when is None or stage.when(staged):
+                staged.optimizer.zero_grad()
+                stage.loss_fn(staged, staged.model, staged.dist_class, dict(tb)).total.backward()
+                staged.optimizer.step(stage.groups)
+        together.optimizer.zero_grad()
+        td3_loss(together, together.model, together.dist_class, dict(tb)).total.backward()
+        together.optimizer.step()
+        for q in (p, staged, together):  # what the update loop counts after each update
+            q.state.num_updates += 1
+    assert took == [True, False, True, False] and {"train/loss/critic", "train/q_mean"} <= set(stats)
+    for a, b in zip(p.model.parameters(), staged.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(p.model.critic_parameters(), together.model.critic_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)  # the critic stage is the same either way
+    assert not torch.allclose(p.model.head.weight, together.model.head.weight, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])

@@ -75,7 +75,7 @@ def assert_the_hand_stages_equal_autograds(p: Policy, rtol: float = 2e-5, atol: 
         outs.append(fn(dict(mb)))
         hand.append([None if t.grad is None else t.grad.clone() for t in parameters(p)])
     p.generator.set_state(start)  # the same noise draws, in the same order
-    for (loss_fn, _), out, grads in zip(p.stages, outs, hand, strict=True):
+    for (loss_fn, _, _), out, grads in zip(p.stages, outs, hand, strict=True):
         for t in parameters(p):
             t.grad = None
         ref = loss_fn(p, p.model, p.dist_class, dict(mb))

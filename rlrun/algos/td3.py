@@ -3,6 +3,11 @@ updates; a deterministic tanh actor explores with Gaussian noise. DDPG (Lillicra
 plain case, by config: ``model.num_critics: 1``, ``algo.policy_delay: 1``, ``algo.target_noise: 0``
 (the ``ddpg`` algo file sets them).
 
+An update is its loss in two stages (``rlrun.policy.loss.StagedLoss``), the order of the TD3 authors' code,
+Stable-Baselines3's and CleanRL's: the critic term and a step of the critics, then - every ``policy_delay``-th
+update - the actor term on the stepped critics, a step of the actor and a Polyak step of the targets
+(RLlib's DDPG/TD3 takes both terms before either step).
+
 Replay, targets, grouped optimizers and the update loop are SAC's (``rlrun/algos/sac.py``).
 """
 
@@ -36,6 +41,7 @@ from rlrun.config.schemas import LossConfig
 from rlrun.core.registry import LOSSES
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.distributions import ActionDistribution
+from rlrun.policy.loss import Stage, StagedLoss
 from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 
 
@@ -74,15 +80,12 @@ class TD3LossConfig(LossConfig):
     l2_reg: float = 0.0  # + l2_reg * sum(w^2)/2 over the actor's and critics' weights (RLlib DDPG's l2_reg)
 
 
-@LOSSES.register("td3", config=TD3LossConfig, requires=REPLAY_COLUMNS, terms=("critic", "actor"),
-                 stats=("q_mean", "target_mean"))
-def td3_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution], batch: TorchBatch) -> LossOutput:
-    """critic: sum_i (Q_i(s, a) - [R_n + gamma^n min_i Q'_i(s', clip(pi'(s') + clip(noise)))])^2;
-    actor, every ``policy_delay``-th update: -Q_1(s, pi(s)) (critics held fixed)."""
+def td3_critic_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution],
+                    batch: TorchBatch) -> LossOutput:
+    """sum_i mean_b (Q_i(s, a) - [R_n + gamma^n min_i Q'_i(s', clip(pi'(s') + clip(noise)))])^2 (or Huber)."""
     cfg = policy.config_as(TD3Config)
-    st = policy.state_as(ActorCriticState)
     m: Any = model
-    target_model: Any = st.target_model
+    target_model: Any = policy.state_as(ActorCriticState).target_model
     with torch.no_grad():
         next_obs = batch[SB.NSTEP_NEXT_OBS]
         a2 = torch.tanh(target_model(next_obs).dist_inputs)
@@ -90,8 +93,7 @@ def td3_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
             noise = torch.randn(a2.shape, generator=policy.generator) * cfg.target_noise
             a2 = (a2 + noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1.0, 1.0)
         target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * target_model.q(next_obs, a2).min(0).values
-    obs = batch[SB.OBS]
-    q = m.q(obs, m.to_unit(batch[SB.ACTIONS]))
+    q = m.q(batch[SB.OBS], m.to_unit(batch[SB.ACTIONS]))
     lc = policy.loss_config_as(TD3LossConfig)
     td = q - target
     if lc.huber_delta is None:
@@ -100,13 +102,33 @@ def td3_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistributi
         critic = F.huber_loss(td, torch.zeros_like(td), delta=lc.huber_delta, reduction="none").mean(-1).sum()
     if lc.l2_reg:
         critic = critic + lc.l2_reg * _l2(m.critics.named_parameters())
-    total, terms = critic, {"critic": critic}
-    if st.num_updates % cfg.policy_delay == 0:
-        actor = -m.q(obs, torch.tanh(model(obs).dist_inputs), detach=True)[0].mean()
-        if lc.l2_reg:
-            actor = actor + lc.l2_reg * _l2([*m.actor.named_parameters(), *m.head.named_parameters()])
-        total, terms["actor"] = total + actor, actor
-    return LossOutput(total, terms, {"q_mean": q.detach().mean(), "target_mean": target.mean()})
+    return LossOutput(critic, {"critic": critic}, {"q_mean": q.detach().mean(), "target_mean": target.mean()})
+
+
+def td3_actor_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution],
+                   batch: TorchBatch) -> LossOutput:
+    """-mean_b Q_1(s, pi(s)), the critics held fixed (after their step, in ``td3_loss``)."""
+    m: Any = model
+    obs = batch[SB.OBS]
+    actor = -m.q(obs, torch.tanh(model(obs).dist_inputs), detach=True)[0].mean()
+    if policy.loss_config_as(TD3LossConfig).l2_reg:
+        actor = actor + policy.loss_config_as(TD3LossConfig).l2_reg * _l2(
+            [*m.actor.named_parameters(), *m.head.named_parameters()])
+    return LossOutput(actor, {"actor": actor})
+
+
+def actor_due(policy: Policy) -> bool:
+    """Whether this update moves the actor: every ``policy_delay``-th, from the first."""
+    return policy.state_as(ActorCriticState).num_updates % policy.config_as(TD3Config).policy_delay == 0
+
+
+td3_loss = StagedLoss(
+    Stage(td3_critic_loss, ("critic",)), Stage(td3_actor_loss, ("actor",), when=actor_due),
+    doc="TD3's loss in two stages: the critics' (stepped first), then, every policy_delay-th update, the actor's "
+        "on the stepped critics.",
+)
+LOSSES.add("td3", td3_loss, config=TD3LossConfig, requires=REPLAY_COLUMNS, terms=("critic", "actor"),
+           stats=("q_mean", "target_mean"))
 
 
 def _l2(named: Any) -> torch.Tensor:

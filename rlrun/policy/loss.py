@@ -6,6 +6,7 @@ Most losses are one function: the Policy back-propagates its ``total`` and steps
 steps its groups, then computes stage 2 on the parameters stage 1 moved, and so on. SAC's loss is one: the
 critics step first and the actor's term then passes its sample through the updated critics, the order of
 Stable-Baselines3's, CleanRL's and TD3's authors' updates (RLlib's SAC computes every term before any step).
+TD3's is another, whose actor stage has a ``when``: it runs on every ``policy_delay``-th update only.
 Each stage keeps the usual signature, so a user's staged loss is plain loss functions registered as::
 
     LOSSES.add("my_sac", StagedLoss(Stage(my_critic_loss, ("critic",)),
@@ -52,16 +53,27 @@ HandGradient = GradientFn | tuple[GradientFn, ...]  # a staged loss's: one Gradi
 class Stage(NamedTuple):
     """One stage of a ``StagedLoss``: a loss function and the optimizer groups its gradient steps;
     ``optional`` ones are stepped where the optimizer has them (SAC's ``alpha``: none with a fixed
-    temperature)."""
+    temperature); ``when(policy)``, if given, says whether this update takes the stage at all (TD3's
+    delayed actor): a skipped stage computes nothing and steps nothing."""
 
     loss_fn: LossFn
     groups: tuple[str, ...]
     optional: tuple[str, ...] = ()
+    when: Callable[[Any], bool] | None = None
+
+
+class PolicyStage(NamedTuple):
+    """A stage as a Policy runs it: the loss function, the optimizer groups it steps (None: all) and
+    ``Stage.when`` (None: every update)."""
+
+    loss_fn: LossFn
+    groups: tuple[str, ...] | None
+    when: Callable[[Any], bool] | None = None
 
 
 class StagedLoss:
     """A loss whose stages step in order (module docstring). Called as one function, it is the sum of
-    its stages on the same parameters, with no step between them."""
+    the stages this update takes (``Stage.when``) on the same parameters, with no step between them."""
 
     def __init__(self, *stages: Stage, doc: str | None = None) -> None:
         if not stages or any(not s.groups for s in stages):
@@ -73,7 +85,8 @@ class StagedLoss:
 
     def __call__(self, policy: Any, model: nn.Module, dist_class: type[ActionDistribution],
                  batch: TorchBatch) -> LossOutput:
-        return merge_outputs([s.loss_fn(policy, model, dist_class, batch) for s in self.stages])
+        return merge_outputs([s.loss_fn(policy, model, dist_class, batch) for s in self.stages
+                              if s.when is None or s.when(policy)])
 
 
 def merge_outputs(outs: list[LossOutput]) -> LossOutput:
@@ -86,11 +99,11 @@ def merge_outputs(outs: list[LossOutput]) -> LossOutput:
 
 
 def stages_of(loss_fn: LossFn, optimizer: Optimizer, hand: HandGradient | None, loss_name: str,
-              algo_name: str) -> tuple[tuple[LossFn, tuple[str, ...] | None], ...]:
-    """A policy's stages in order, each (loss function, the optimizer groups it steps; None: all), checked
-    against its optimizer's groups and its hand-derived gradient (one function a stage)."""
+              algo_name: str) -> tuple[PolicyStage, ...]:
+    """A policy's stages in order, checked against its optimizer's groups and its hand-derived gradient
+    (one function a stage)."""
     if not isinstance(loss_fn, StagedLoss):
-        return ((loss_fn, None),)
+        return (PolicyStage(loss_fn, None),)
     known = getattr(optimizer, "groups", None) or {}
     unknown = [g for s in loss_fn.stages for g in s.groups if g not in known]
     if unknown:
@@ -99,7 +112,8 @@ def stages_of(loss_fn: LossFn, optimizer: Optimizer, hand: HandGradient | None, 
     if hand is not None and (not isinstance(hand, tuple) or len(hand) != len(loss_fn.stages)):
         raise PluginError(f"algo '{algo_name}': its hand-derived gradient for loss '{loss_name}' needs one function "
                           f"a stage ({len(loss_fn.stages)})")
-    return tuple((s.loss_fn, (*s.groups, *(g for g in s.optional if g in known))) for s in loss_fn.stages)
+    return tuple(PolicyStage(s.loss_fn, (*s.groups, *(g for g in s.optional if g in known)), s.when)
+                 for s in loss_fn.stages)
 
 
 def checked_total(out: object, loss_name: str) -> float:

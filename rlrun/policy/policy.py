@@ -7,10 +7,9 @@ LossOutput`` where ``train_batch`` maps column names to torch tensors (one minib
 settings with ``policy.config_as(PPOConfig)``, ``policy.loss_config_as(...)`` and
 ``policy.state_as(KLState)``. The optimizer step lives in one place: ``step_gradients`` (after autograd's
 ``backward`` in ``apply_gradients``, or after an algorithm's ``hand_gradient`` for a loss and model it knows),
-once per stage of a ``StagedLoss`` (``loss.py``: SAC's critics step before its actor's term is computed).
-
-Every worker and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs have one
-policy, ``default_policy``.
+once per stage of a ``StagedLoss`` this update takes (``loss.py``: SAC's and TD3's critics step before the
+actor's term is computed). Workers and the learner hold a policy map ``{policy_id: Policy}``; single-agent runs
+have one, ``default_policy``.
 """
 
 from __future__ import annotations
@@ -161,7 +160,6 @@ class Policy:
         self.state: LearnerState = hooks.make_state(self)
         # the loss's gradient without autograd, where the algorithm has one for this loss and model (else None)
         self.hand_gradient = hooks.hand_gradient(self) if hooks.hand_gradient is not None else None
-        # (loss function, optimizer groups it steps; None: all) in order: one stage, or a StagedLoss's
         self.stages = stages_of(loss_fn, self.optimizer, self.hand_gradient, spec.loss.name, hooks.name)
         self.obs_filter: NoFilter = make_filter(spec.observation_filter, tuple(spec.obs_space.shape or ()),
                                                 spec.observation_filter_clip)
@@ -313,7 +311,9 @@ class Policy:
         model = SequenceView(self.model, mbatch) if SEQ_ROWS in mbatch else self.model
         totals, norms = list[float](), list[float]()
         stats: dict[str, float] = {}
-        for (loss_fn, groups), fn in zip(self.stages, hands, strict=True):
+        for (loss_fn, groups, when), fn in zip(self.stages, hands, strict=True):
+            if when is not None and not when(self):  # a stage this update skips (TD3's delayed actor)
+                continue
             out = fn(mbatch) if fn is not None else loss_fn(self, model, self.dist_class, mbatch)
             total = checked_total(out, self.loss_config.name)
             if not math.isfinite(total):  # stop before the step: the weights stay as they were
