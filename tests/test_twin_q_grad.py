@@ -103,9 +103,14 @@ def test_a_sac_iteration_learns_the_same_with_the_hand_gradient_and_with_autogra
     assert_a_learn_call_agrees(policy(True), policy(False), 1024)
 
 
-def assert_a_learn_call_agrees(a: Policy, b: Policy, n: int) -> None:
-    """One learn call of ``n`` stored rows (one update a row) on each of two policies with the same weights: the
-    losses, the weights and the target critics after it agree to float rounding, and the weights moved."""
+SAC_STATS = ("train/loss/critic", "train/loss/actor", "train/loss/alpha", "train/q_mean", "train/entropy")
+
+
+def assert_a_learn_call_agrees(a: Policy, b: Policy, n: int, algo: str = "sac", keys: tuple[str, ...] = SAC_STATS
+                               ) -> None:
+    """One ``algo`` learn call of ``n`` stored rows (one update a row) on each of two policies with the same weights:
+    the statistics ``keys``, the weights and the target networks after it agree to float rounding, and the weights
+    moved."""
     rng = np.random.default_rng(0)
     rows = SB({SB.OBS: rng.standard_normal((n, 3, 2)).astype(np.float32),
                SB.ACTIONS: rng.uniform(-2, 3, (n, 3)).astype(np.float32),
@@ -113,10 +118,10 @@ def assert_a_learn_call_agrees(a: Policy, b: Policy, n: int) -> None:
                SB.NSTEP_REWARDS: rng.standard_normal(n).astype(np.float32),
                SB.NSTEP_DISCOUNT: np.full(n, 0.97, np.float32)})
     before = a.model.head.weight.clone()
-    learn = get_algorithm("sac").learn
+    learn = get_algorithm(algo).learn
     stats = [learn(p, rows, LearnContext(n, 0)) for p in (a, b)]
     assert stats[0]["train/num_sgd_steps"] == stats[1]["train/num_sgd_steps"] == n
-    for k in ("train/loss/critic", "train/loss/actor", "train/loss/alpha", "train/q_mean", "train/entropy"):
+    for k in keys:
         assert stats[0][k] == pytest.approx(stats[1][k], rel=1e-3, abs=1e-4), k
     for p, q in zip(parameters(a), parameters(b), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)

@@ -41,7 +41,8 @@ from rlrun.config.schemas import LossConfig
 from rlrun.core.registry import LOSSES
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.models.distributions import ActionDistribution
-from rlrun.policy.loss import Stage, StagedLoss
+from rlrun.models.td3_grad import TD3Grad
+from rlrun.policy.loss import GradientFn, Stage, StagedLoss
 from rlrun.policy.policy import ActionOutput, LearnerState, LossOutput, Policy, TorchBatch
 
 
@@ -54,6 +55,7 @@ class TD3Config(OffPolicyConfig):
     target_noise: float = 0.2  # std of the smoothing noise on the target action ([-1, 1] scale); 0: none
     target_noise_clip: float = 0.5
     exploration_noise: float = 0.1  # std of the Gaussian noise on the acting action ([-1, 1] scale)
+    hand_gradient: bool = True  # the td3 loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
 
 
 def td3_state(policy: Policy) -> LearnerState:
@@ -131,6 +133,29 @@ LOSSES.add("td3", td3_loss, config=TD3LossConfig, requires=REPLAY_COLUMNS, terms
            stats=("q_mean", "target_mean"))
 
 
+def td3_hand_gradient(policy: Policy) -> tuple[GradientFn, GradientFn] | None:
+    """The ``td3`` loss on the built-in ``twin_q_mlp``, each stage's gradient derived by hand
+    (rlrun/models/td3_grad.py): the same losses, draws and statistics, no autograd graph. None (autograd)
+    for another loss or model, the Huber critic or ``l2_reg``, or with ``algo.hand_gradient: false``."""
+    cfg, st = policy.config_as(TD3Config), policy.state_as(ActorCriticState)
+    if not cfg.hand_gradient or policy.loss_fn is not td3_loss or not TD3Grad.supports(policy.model, st.target_model):
+        return None
+    lc = policy.loss_config_as(TD3LossConfig)
+    if lc.huber_delta is not None or lc.l2_reg:
+        return None
+    grad = TD3Grad(policy.model, st.target_model)
+
+    def critic_gradient(batch: TorchBatch) -> LossOutput:
+        s = grad.critic_gradient(batch, REPLAY_COLUMNS, cfg.target_noise, cfg.target_noise_clip, policy.generator)
+        return LossOutput(s.critic, {"critic": s.critic}, {"q_mean": s.q_mean, "target_mean": s.target_mean})
+
+    def actor_gradient(batch: TorchBatch) -> LossOutput:
+        actor = grad.actor_gradient(batch[SB.OBS])
+        return LossOutput(actor, {"actor": actor})
+
+    return critic_gradient, actor_gradient
+
+
 def _l2(named: Any) -> torch.Tensor:
     """sum(w^2)/2 over the weights, biases excluded (RLlib's l2_reg)."""
     return sum((p.pow(2).sum() / 2 for name, p in named if "bias" not in name), torch.zeros(()))
@@ -154,6 +179,7 @@ def _td3_targets(policy: Policy, state: ActorCriticState) -> tuple[list[torch.Te
 TD3 = register_algorithm(Algorithm(
     "td3", TD3Config, default_loss="td3", postprocess=off_policy_postprocess, compute_actions=td3_actions,
     make_state=td3_state, learn=actor_critic_learn(td3_after_update), needs_next_obs=True, bootstrap_values=False,
+    hand_gradient=td3_hand_gradient,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="TD3 (and DDPG by config): deterministic actor, clipped double Q, delayed updates",
     action_spaces=(gym.spaces.Box,), action_dists=("deterministic",), check_model=actor_critic_problem,

@@ -92,21 +92,20 @@ def squashed_sample(out: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tenso
     return a, logp, dist.std, (raw >= SquashedGaussian.LOG_STD_MIN) & (raw <= SquashedGaussian.LOG_STD_MAX)
 
 
-class TwinQGrad:
-    """The SAC update's forward passes and gradients for one ``TwinQModel`` and its target copy,
-    reading their parameters in place (optimizer steps and the Polyak step write them in place)."""
+class ActorCriticGrad:
+    """Forward and backward passes through one ``TwinQModel``'s actor and critic stack and its target's critics
+    without autograd, reading their parameters in place (optimizer steps and the Polyak step write them in place):
+    what SAC's update (``TwinQGrad``) and TD3's (``rlrun.models.td3_grad``) are made of."""
 
     def __init__(self, model: TwinQModel, target: Any) -> None:
         self.actor = Torso(model._layers, model._act is torch.relu)
         self.head: nn.Linear = model.head
         self.critics = _Stack.of(model.critics)
         self.target_critics = _Stack.of(target.critics)
-        self.act_dim = self.head.out_features // 2
+        self.act_dim = int(model.action_half.numel())
         self.relu = self.actor.relu  # the critics use the model's activation too
         self.model = model
         self._bufs = Buffers()
-        # what the critic stage keeps for the actor stage: obs, the actor's activations at s, the samples, B
-        self._pending: tuple[torch.Tensor, list[torch.Tensor], _Sample, int] | None = None
 
     @staticmethod
     def supports(model: Any, target: Any) -> TypeGuard[TwinQModel]:
@@ -122,17 +121,10 @@ class TwinQGrad:
 
     # ------------------------------------------------------------------ forward passes
     def _actor(self, obs: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The actor's input and hidden activations (in the buffers named ``key``) and its outputs [B, 2A]."""
+        """The actor's input and hidden activations (in the buffers named ``key``) and its outputs (the action
+        distribution's inputs: SAC's [B, 2A], TD3's [B, A])."""
         hs = self.actor.forward(flat(obs), key)
         return hs, torch.addmm(self.head.bias, hs[-1], self.head.weight.t())
-
-    @staticmethod
-    def _sample(out: torch.Tensor, n: int, generator: torch.Generator) -> _Sample:
-        """``SquashedGaussian(out).sample_logp(generator)`` on the actor's outputs at s' then at s (``n``
-        rows each, the noise ``draw_noise``'s); keeps what the backward pass needs."""
-        noise = draw_noise(n, out.shape[1] // 2, generator)
-        a, logp, std, in_range = squashed_sample(out, noise)
-        return _Sample(a, logp, noise, std, in_range)
 
     def _critic(self, stack: _Stack, x: torch.Tensor, key: str) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Every critic's input and hidden activations ``[C, B, width]`` and Q-values ``[C, B]``."""
@@ -164,6 +156,29 @@ class TwinQGrad:
             if i:
                 dg = torch.bmm(dz, w.transpose(1, 2))
 
+    def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
+        torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
+        torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
+        self.actor.backward(hs, d_out, self.head.weight, "actor")
+
+
+class TwinQGrad(ActorCriticGrad):
+    """SAC's update in its two stages (the module docstring): ``critic_gradient``, the critics' step, then
+    ``actor_gradient``."""
+
+    def __init__(self, model: TwinQModel, target: Any) -> None:
+        super().__init__(model, target)
+        # what the critic stage keeps for the actor stage: obs, the actor's activations at s, the samples, B
+        self._pending: tuple[torch.Tensor, list[torch.Tensor], _Sample, int] | None = None
+
+    @staticmethod
+    def _sample(out: torch.Tensor, n: int, generator: torch.Generator) -> _Sample:
+        """``SquashedGaussian(out).sample_logp(generator)`` on the actor's outputs at s' then at s (``n``
+        rows each, the noise ``draw_noise``'s); keeps what the backward pass needs."""
+        noise = draw_noise(n, out.shape[1] // 2, generator)
+        a, logp, std, in_range = squashed_sample(out, noise)
+        return _Sample(a, logp, noise, std, in_range)
+
     def _min_critic_backward(self, gs: list[torch.Tensor], which: torch.Tensor, dq: float) -> torch.Tensor:
         """The gradient of ``dq * min_c Q_c(s, a)`` in the actions ``[B, A]``, the critics' weights fixed:
         each row back-propagated only through the critic that is its minimum (the others' gradient there
@@ -182,11 +197,6 @@ class TwinQGrad:
                 dg = torch.mm(dz, (w if i else w[int(w.shape[0]) - act_dim :]).t())
             da.index_copy_(0, rows, dg)
         return da
-
-    def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
-        torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
-        torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
-        self.actor.backward(hs, d_out, self.head.weight, "actor")
 
     # ------------------------------------------------------------------ the update, in two stages
     @torch.no_grad()
