@@ -113,9 +113,9 @@ def td3_actor_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDist
     m: Any = model
     obs = batch[SB.OBS]
     actor = -m.q(obs, torch.tanh(model(obs).dist_inputs), detach=True)[0].mean()
-    if policy.loss_config_as(TD3LossConfig).l2_reg:
-        actor = actor + policy.loss_config_as(TD3LossConfig).l2_reg * _l2(
-            [*m.actor.named_parameters(), *m.head.named_parameters()])
+    l2_reg = policy.loss_config_as(TD3LossConfig).l2_reg
+    if l2_reg:
+        actor = actor + l2_reg * _l2([*m.actor.named_parameters(), *m.head.named_parameters()])
     return LossOutput(actor, {"actor": actor})
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from rlrun.models.mlp_grad import Torso, act_backward, flat
+from rlrun.models.mlp_grad import Torso, flat
 from rlrun.models.twin_q_grad import ActorCriticGrad, CriticStep
 
 
@@ -54,7 +54,7 @@ class TD3Grad(ActorCriticGrad):
     def actor_gradient(self, obs: torch.Tensor) -> torch.Tensor:
         """The actor stage, after the critics' step: set the actor's ``.grad`` to the gradient of
         ``td3_actor_loss`` (critic 1 only: the others' Q-values do not enter it); returns the loss."""
-        n, stack, act_dim = len(obs), self.critics, self.act_dim
+        n, stack = len(obs), self.critics
         hs, out = self._actor(obs, "actor")
         a = out.tanh()
         shapes = [(n, int(w.shape[-1])) for w in stack.weights]
@@ -63,10 +63,6 @@ class TD3Grad(ActorCriticGrad):
             g = torch.addmm(b[0], gs[-1], w[0], out=buf)
             gs.append(g.relu_() if self.relu else g.tanh_())
         actor = -((gs[-1] @ stack.out_weight[0, 0]) + stack.out_bias[0]).mean()
-        dg = (stack.out_weight[0] * (-1.0 / n)).expand(n, -1)
-        for i in range(len(stack.weights) - 1, -1, -1):
-            dz = act_backward(self.relu, dg, gs[i + 1], self._bufs.get("q1/dz", shapes)[i])
-            w = stack.weights[i][0]
-            dg = torch.mm(dz, (w if i else w[int(w.shape[0]) - act_dim :]).t())
-        self._actor_backward(hs, torch.ops.aten.tanh_backward(dg, a))
+        da = self._one_critic_backward(0, gs[1:], stack.out_weight[0] * (-1.0 / n), self._bufs.get("q1/dz", shapes))
+        self._actor_backward(hs, torch.ops.aten.tanh_backward(da, a))
         return actor

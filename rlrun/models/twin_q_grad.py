@@ -156,6 +156,19 @@ class ActorCriticGrad:
             if i:
                 dg = torch.bmm(dz, w.transpose(1, 2))
 
+    def _one_critic_backward(self, c: int, hs: list[torch.Tensor], dq_w: torch.Tensor, dzs: list[torch.Tensor]
+                             ) -> torch.Tensor:
+        """The gradient in the actions ``[N, A]`` of critic ``c``'s Q-values on N rows whose hidden activations are
+        ``hs`` (``[N, width]`` a layer), ``dq_w`` the Q-values' gradient times the output weights (``[1, width]``:
+        the same for every row), its weights fixed; ``dzs``: where each layer's pre-activation gradient goes."""
+        stack = self.critics
+        dg = dq_w.expand(len(hs[-1]), -1)
+        for i in range(len(stack.weights) - 1, -1, -1):
+            dz = act_backward(self.relu, dg, hs[i], dzs[i])
+            w = stack.weights[i][c]
+            dg = torch.mm(dz, (w if i else w[int(w.shape[0]) - self.act_dim :]).t())
+        return dg
+
     def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:
         torch.mm(d_out.t(), hs[-1], out=grad_buffer(self.head.weight))
         torch.sum(d_out, 0, out=grad_buffer(self.head.bias))
@@ -183,19 +196,14 @@ class TwinQGrad(ActorCriticGrad):
         """The gradient of ``dq * min_c Q_c(s, a)`` in the actions ``[B, A]``, the critics' weights fixed:
         each row back-propagated only through the critic that is its minimum (the others' gradient there
         is zero), which halves the products of a pass of every row through every critic."""
-        stack, act_dim = self.critics, self.act_dim
-        da = torch.empty(gs[0].shape[1], act_dim)
+        stack = self.critics
+        da = torch.empty(gs[0].shape[1], self.act_dim)
         for c in range(stack.num):
             rows = (which == c).nonzero().squeeze(1)
             if not len(rows):
                 continue
-            dg = (dq * stack.out_weight[c]).expand(len(rows), -1)
-            for i in range(len(stack.weights) - 1, -1, -1):
-                h = gs[i + 1][c].index_select(0, rows)
-                dz = act_backward(self.relu, dg, h, h)  # in place of the gathered copy
-                w = stack.weights[i][c]
-                dg = torch.mm(dz, (w if i else w[int(w.shape[0]) - act_dim :]).t())
-            da.index_copy_(0, rows, dg)
+            hs = [g[c].index_select(0, rows) for g in gs[1:]]
+            da.index_copy_(0, rows, self._one_critic_backward(c, hs, dq * stack.out_weight[c], hs))  # dz in place
         return da
 
     # ------------------------------------------------------------------ the update, in two stages
