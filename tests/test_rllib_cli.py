@@ -104,6 +104,25 @@ def test_export_writes_the_rlrun_experiment_that_composes_the_same_run(tmp_path)
         assert from_file[section] == direct[section], section
 
 
+def test_rllibs_sac_file_for_cartpole_trains_a_discrete_sac_with_the_files_settings(tmp_path):
+    # RLlib's tuned sac/cartpole-sac.yaml, with a short stop (the whole file: 151.3 at 16,600 env steps, seed 0)
+    (tmp_path / "cartpole-sac.yaml").write_text(
+        "cartpole-sac:\n  env: CartPole-v1\n  run: SAC\n  stop: {episode_reward_mean: 150, timesteps_total: 600}\n"
+        "  config: {framework: torch, gamma: 0.95, target_network_update_freq: 32, tau: 1.0, train_batch_size: 32,\n"
+        "           num_steps_sampled_before_learning_starts: 200,\n"
+        "           optimization: {actor_learning_rate: 0.005, critic_learning_rate: 0.005,"
+        " entropy_learning_rate: 0.0001}}\n")
+    p = rllib(["train", "-f", "cartpole-sac.yaml"], tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (run,) = runs(tmp_path / "mlflow.db")
+    assert run.info.status == "FINISHED" and run.data.metrics["timesteps_total"] >= 600
+    assert run.data.metrics["train/num_updates"] >= 400 and "train/loss/actor" in run.data.metrics
+    params = run.data.params
+    assert (params["algo.name"], params["model.name"], params["algo.gamma"]) == ("sac", "twin_q_mlp", "0.95")
+    assert (params["algo.tau"], params["algo.target_network_update_freq"], params["algo.alpha_lr"]) == (
+        "1.0", "32", "0.0001")
+
+
 def test_an_env_id_gymnasium_retired_is_mapped_to_its_successor_and_said_once():
     tr = translate({"run": "SAC", "env": "Pendulum-v0"}, "p")
     assert "env.id=Pendulum-v1" in tr.overrides

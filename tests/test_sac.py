@@ -269,7 +269,10 @@ def test_the_halfcheetah_presets_run_rl_zoos_nets_on_halfcheetah_v5(tmp_path, pr
 
 
 @pytest.mark.parametrize(("overrides", "says"), [
-    (["env=cartpole"], "algo 'sac' needs a Box action space"),
+    (["env=cartpole", "model.action_dist=squashed_gaussian"],
+     "model.action_dist: 'squashed_gaussian' cannot act in the env's action space Discrete(2)"),
+    (["env=cartpole", "algo=td3", "loss=td3", "model.action_dist=deterministic"],
+     "algo 'td3' needs a Box action space"),
     # the preset sets model.critic_hiddens, which the mlp model does not have
     (["model=mlp", "~model.critic_hiddens"], "needs a model with actor and Q-critics"),
     (["model=mlp"], "model.critic_hiddens: unknown key"),

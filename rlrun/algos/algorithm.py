@@ -37,7 +37,7 @@ from rlrun.core.errors import PluginError
 from rlrun.core.registry import ALGOS, LOSSES, MODELS
 from rlrun.data.batch import SampleBatch
 from rlrun.models.check import check_model_fits
-from rlrun.models.distributions import default_distribution
+from rlrun.models.distributions import model_distribution
 from rlrun.policy.policy import (
     DEFAULT_POLICY_ID,
     ActionFn,
@@ -109,7 +109,7 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
     problem = algo.check_model(model) if algo.check_model is not None else None
     if problem:
         raise PluginError(f"{prefix}model.name: algo '{algo.name}' needs {problem}; model '{model_cfg.name}' has not")
-    dist = getattr(model_cfg, "action_dist", None) or default_distribution(action_space)
+    dist = model_distribution(model_cfg, action_space)
     if algo.action_dists and dist not in algo.action_dists:
         raise PluginError(f"{prefix}model.action_dist: algo '{algo.name}' needs {' or '.join(algo.action_dists)}, "
                           f"got '{dist}'")
@@ -140,7 +140,7 @@ def make_policy(algo: str | Algorithm, obs_space: gym.Space, action_space: gym.S
     loss_config = loss_config or (LOSSES.entry(algorithm.default_loss).config_cls or LossConfig)()
     if model_config is None:
         model_config = (MODELS.entry(algorithm.default_model).config_cls or ModelConfig)()
-        if algorithm.action_dists and getattr(model_config, "action_dist", None) not in algorithm.action_dists:
+        if algorithm.action_dists and model_distribution(model_config, action_space) not in algorithm.action_dists:
             model_config = dataclasses.replace(model_config, action_dist=algorithm.action_dists[0])
     fn = loss_fn or LOSSES.get(loss_config.name, "loss.name")
     spec = PolicySpec(obs_space, action_space, algo_config, loss_config, model_config, seed)

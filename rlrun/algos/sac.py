@@ -1,6 +1,7 @@
 """SAC (Haarnoja et al. 2018, with the automatic temperature of the applications paper): twin Q
 critics with Polyak-averaged targets, a tanh-squashed Gaussian actor, entropy temperature alpha
-learned towards ``target_entropy`` (default -|A|) or fixed (``algo.alpha``).
+learned towards ``target_entropy`` (default -|A|) or fixed (``algo.alpha``). On a Discrete action space
+(as RLlib's SAC) the actor is a categorical and every expectation over actions is exact (``sac_discrete``).
 
 Dataflow per iteration, as DQN's: sample ``train_batch_size`` env steps (uniformly random actions
 until ``learning_starts``; n-step targets on the worker) -> add them to the replay buffer -> once
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlrun.algos import sac_discrete
 from rlrun.algos.algorithm import COLLECTED_COLUMNS, Algorithm, LearnContext, register_algorithm
 from rlrun.config.schemas import AlgoConfig, LossConfig
 from rlrun.core.errors import PluginError
@@ -69,7 +71,7 @@ class SACConfig(OffPolicyConfig):
     alpha_lr: float | None = None  # None: algo.lr
     initial_alpha: float = 1.0
     alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
-    target_entropy: float | None = None  # None: -(action dimensions)
+    target_entropy: float | None = None  # None: -(action dimensions); Discrete: 0.98 log(n)
     hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
     compile_update: bool = False  # that hand-derived update compiled by torch.compile (a C++ compiler; ~35 s once)
 
@@ -119,8 +121,14 @@ def actor_critic_problem(model: nn.Module) -> str | None:
     return f"a model with actor and Q-critics like twin_q_mlp (methods {', '.join(missing)})" if missing else None
 
 
+def discrete(policy: Policy) -> bool:
+    return isinstance(policy.action_space, gym.spaces.Discrete)
+
+
 def _check_model(policy: Policy) -> Any:
     problem = actor_critic_problem(policy.model)
+    if not problem and discrete(policy) and not callable(getattr(policy.model, "q_all", None)):
+        problem = "a model with a Q-value per action on a Discrete action space like twin_q_mlp's (method q_all)"
     if problem:
         raise PluginError(f"model.name: algo '{policy.hooks.name}' needs {problem}; model "
                           f"'{policy.spec.model.name}' has not")
@@ -166,24 +174,41 @@ def _env_actions(policy: Policy, unit: np.ndarray, dist_inputs: np.ndarray) -> A
 
 
 def random_actions(policy: Policy, n: int) -> ActionOutput:
-    """Uniform in the action space's bounds (before ``learning_starts``)."""
-    dims = int(np.prod(policy.action_space.shape or (1,)))
-    unit = policy.np_rng.uniform(-1.0, 1.0, (n, dims)).astype(np.float32)
-    return _env_actions(policy, unit, np.zeros((n, policy.dist_class.required_inputs(policy.action_space)), np.float32))
+    """Uniform in the action space's bounds, or over a Discrete space's actions (before ``learning_starts``)."""
+    space = policy.action_space
+    zeros = np.zeros((n, policy.dist_class.required_inputs(space)), np.float32)
+    if isinstance(space, gym.spaces.Discrete):
+        return _env_actions(policy, policy.np_rng.integers(int(space.n), size=n), zeros)
+    unit = policy.np_rng.uniform(-1.0, 1.0, (n, int(np.prod(space.shape or (1,))))).astype(np.float32)
+    return _env_actions(policy, unit, zeros)
 
 
 def sac_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
-    """tanh(mean + std * noise) scaled to the bounds; greedy: tanh(mean); uniform before learning starts."""
+    """tanh(mean + std * noise) scaled to the bounds; greedy: tanh(mean); uniform before learning starts.
+    On a Discrete space: a draw from the categorical; greedy: the most probable action."""
     if explore and policy.global_timestep < policy.config_as(SACConfig).learning_starts:
         return random_actions(policy, len(obs))
     with torch.inference_mode():
         di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
+    if isinstance(policy.action_space, gym.spaces.Discrete):
+        return _env_actions(policy, sac_discrete.sample_actions(di, policy.np_rng, explore), di)
     mean, log_std = np.split(di, 2, axis=-1)
     u = mean
     if explore:
         std = np.exp(np.clip(log_std, SquashedGaussian.LOG_STD_MIN, SquashedGaussian.LOG_STD_MAX))
         u = mean + std * policy.np_rng.standard_normal(mean.shape, dtype=np.float32)
     return _env_actions(policy, np.tanh(u), di)
+
+
+def target_entropy(policy: Policy) -> float:
+    """``algo.target_entropy``; null: -(action dimensions) on a Box, 0.98 log(n) on a Discrete space (RLlib's)."""
+    goal = policy.config_as(SACConfig).target_entropy
+    if goal is not None:
+        return goal
+    space = policy.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        return sac_discrete.default_target_entropy(int(space.n))
+    return -float(np.prod(space.shape or (1,)))
 
 
 def alpha_of(policy: Policy, state: ActorCriticState) -> torch.Tensor:
@@ -205,9 +230,12 @@ def sac_critic_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDis
     alpha = alpha_of(policy, st)
     with torch.no_grad():
         next_obs = batch[SB.NSTEP_NEXT_OBS]
-        a2, logp2 = SquashedGaussian(model(next_obs).dist_inputs).sample_logp(policy.generator)
         target_model: Any = st.target_model
-        q_next = target_model.q(next_obs, a2).min(0).values - alpha * logp2
+        if discrete(policy):  # the expectation over a' of the same
+            q_next = sac_discrete.soft_value(model(next_obs).dist_inputs, target_model.q_all(next_obs), alpha)
+        else:
+            a2, logp2 = SquashedGaussian(model(next_obs).dist_inputs).sample_logp(policy.generator)
+            q_next = target_model.q(next_obs, a2).min(0).values - alpha * logp2
         target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
     q = m.q(batch[SB.OBS], m.to_unit(batch[SB.ACTIONS]))
     critic = 0.5 * (q - target).pow(2).mean(-1).sum()
@@ -217,19 +245,22 @@ def sac_critic_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDis
 def sac_actor_loss(policy: Policy, model: nn.Module, dist_class: type[ActionDistribution],
                    batch: TorchBatch) -> LossOutput:
     """The actor stage, on the critics the critic stage stepped: actor alpha log pi(a~|s) - min_i Q_i(s, a~),
-    a~ ~ pi(s) (the critics' weights held fixed); temperature -log alpha (log pi(a~|s) + target_entropy)."""
+    a~ ~ pi(s) (the critics' weights held fixed); temperature -log alpha (log pi(a~|s) + target_entropy).
+    On a Discrete space the expectations over the actions (``sac_discrete``)."""
     cfg = policy.config_as(SACConfig)
     st = policy.state_as(ActorCriticState)
     m: Any = model
     alpha = alpha_of(policy, st)
     obs = batch[SB.OBS]
-    a, logp = SquashedGaussian(model(obs).dist_inputs).sample_logp(policy.generator)
-    actor = (alpha * logp - m.q(obs, a, detach=True).min(0).values).mean()
+    if discrete(policy):  # expectations over the actions (sac_discrete.actor_terms); logp: sum_a pi log pi
+        actor, logp = sac_discrete.actor_terms(model(obs).dist_inputs, m.q_all(obs, detach=True), alpha)
+    else:
+        a, logp = SquashedGaussian(model(obs).dist_inputs).sample_logp(policy.generator)
+        actor = (alpha * logp - m.q(obs, a, detach=True).min(0).values).mean()
     total = actor
     alpha_loss = torch.zeros(())
     if cfg.alpha is None:
-        goal = cfg.target_entropy if cfg.target_entropy is not None else -float(a.shape[-1])
-        alpha_loss = -(st.log_alpha * (logp.detach() + goal)).mean()
+        alpha_loss = -(st.log_alpha * (logp.detach() + target_entropy(policy))).mean()
         total = total + alpha_loss
     return LossOutput(total, {"actor": actor, "alpha": alpha_loss}, {"alpha": alpha, "entropy": -logp.detach().mean()})
 
@@ -266,8 +297,7 @@ def sac_hand_gradient(policy: Policy) -> tuple[GradientFn, GradientFn] | None:
 def sac_hand_stages(policy: Policy, grad: TwinQGrad) -> tuple[GradientFn, GradientFn]:
     """The two stages' gradient functions on ``grad`` (eager ``TwinQGrad`` or ``CompiledTwinQGrad``)."""
     cfg, st = policy.config_as(SACConfig), policy.state_as(ActorCriticState)
-    dims = int(np.prod(policy.action_space.shape or (1,)))
-    goal = cfg.target_entropy if cfg.target_entropy is not None else -float(dims)
+    goal = target_entropy(policy)
 
     def critic_gradient(batch: TorchBatch) -> LossOutput:
         s = grad.critic_gradient(batch, REPLAY_COLUMNS, alpha_of(policy, st), policy.generator)
@@ -339,6 +369,6 @@ SAC = register_algorithm(Algorithm(
     hand_gradient=sac_hand_gradient,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
     description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",
-    action_spaces=(gym.spaces.Box,), action_dists=("squashed_gaussian",), check_model=actor_critic_problem,
-    default_model="twin_q_mlp",
+    action_spaces=(gym.spaces.Box, gym.spaces.Discrete), action_dists=("squashed_gaussian", "categorical"),
+    check_model=actor_critic_problem, default_model="twin_q_mlp",
 ))

@@ -167,6 +167,9 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
         out += [("algo.sgd_minibatch_size", batch), ("algo.training_intensity", intensity),
                 ("algo.train_batch_size", math.ceil(iteration / step_rows) * step_rows),
                 ("rollout.rollout_fragment_length", "auto")]
+        if run == "SAC":  # RLlib's target update every that many env steps (0: every update); rlrun's counts updates
+            freq = int(config.get("target_network_update_freq") or 0)
+            out.append(("algo.target_network_update_freq", max(1, round(freq * intensity / batch))))
         return out
     if frag == "auto":
         if batch % per_round:

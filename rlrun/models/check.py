@@ -11,14 +11,17 @@ from torch import nn
 from rlrun.config.schemas import ModelConfig
 from rlrun.core.errors import PluginError, first_line
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
-from rlrun.models.distributions import default_distribution
+from rlrun.models.distributions import distribution_problem, model_distribution
 
 
 def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
     """Build the configured model once for these spaces and check its output, before a run starts:
     a model config that cannot fit the observations (conv_filters shrinking the image away) or a
     plugin model returning the wrong shapes fails here with one line."""
-    dist_name = getattr(model_cfg, "action_dist", None) or default_distribution(action_space)
+    dist_name = model_distribution(model_cfg, action_space)
+    problem = distribution_problem(dist_name, action_space)
+    if problem:
+        raise PluginError(problem)
     num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
     model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
     check_model_output(model, obs_space, model_cfg.name, num_outputs)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlrun.core.registry import DISTRIBUTIONS
+from rlrun.core.registry import DISTRIBUTIONS, MODELS
 
 
 class ActionDistribution:
@@ -210,3 +210,28 @@ def default_distribution(action_space: gym.Space) -> str:
         f"no default action distribution for action space {action_space}; "
         f"register one and set model.action_dist (known: {', '.join(DISTRIBUTIONS.names())})"
     )
+
+
+def model_distribution(model_cfg: object, action_space: gym.Space) -> str:
+    """The distribution a model config acts with: ``model.action_dist``; when null, the model's own default
+    for the space (its MODELS entry's ``action_dists``, e.g. ``twin_q_mlp``: squashed_gaussian on a Box,
+    categorical on a Discrete), else ``default_distribution``."""
+    name = getattr(model_cfg, "action_dist", None)
+    if name:
+        return str(name)
+    model = getattr(model_cfg, "name", None)
+    if isinstance(model, str) and model in MODELS:
+        for kind, dist in MODELS.entry(model).info.get("action_dists", {}).items():
+            if isinstance(action_space, kind):
+                return str(dist)
+    return default_distribution(action_space)
+
+
+def distribution_problem(name: str, action_space: gym.Space) -> str | None:
+    """Why distribution ``name`` cannot act in ``action_space`` (one line), else None."""
+    try:
+        DISTRIBUTIONS.get(name, "model.action_dist").required_inputs(action_space)
+    except (AssertionError, ValueError, TypeError):
+        return f"model.action_dist: '{name}' cannot act in the env's action space {action_space}"
+    return None
+

@@ -35,7 +35,7 @@ from rlrun.data.batch import SampleBatch
 from rlrun.data.postprocessing import explained_variance, piecewise
 from rlrun.envs.filters import NoFilter, make_filter
 from rlrun.models.check import check_model_output
-from rlrun.models.distributions import ActionDistribution, default_distribution
+from rlrun.models.distributions import ActionDistribution, model_distribution
 from rlrun.models.numpy_actor import NumpyActor
 from rlrun.models.sequences import SEQ_ROWS, SequenceView, sequence_minibatch, sequence_minibatches, sequence_starts
 from rlrun.policy.loss import GradientFn as GradientFn  # re-exported
@@ -137,7 +137,7 @@ class Policy:
         self.action_space = spec.action_space
         self.config = spec.algo
         self.loss_config = spec.loss
-        dist_name = getattr(spec.model, "action_dist", None) or default_distribution(spec.action_space)
+        dist_name = model_distribution(spec.model, spec.action_space)
         self.dist_class: type[ActionDistribution] = DISTRIBUTIONS.get(dist_name, "model.action_dist")
         num_outputs = self.dist_class.required_inputs(spec.action_space)
         torch.manual_seed(spec.seed)
