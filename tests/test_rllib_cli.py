@@ -138,6 +138,12 @@ def test_keys_accepted_without_use_are_listed_nested_ones_included():
     assert "algo.replay_capacity=5000" in tr.overrides and "algo.prioritized_replay=false" in tr.overrides
 
 
+def test_older_rays_min_size_for_sampling_is_the_rows_stored_before_learning():
+    tr = translate({"run": "TD3", "env": "Pendulum-v1", "config": {"replay_buffer_config": {
+        "capacity": 10000, "min_size_for_sampling": 700}}}, "t")
+    assert "algo.learning_starts=700" in tr.overrides and tr.ignored == []
+
+
 def test_rllibs_cpus_per_worker_size_the_ray_workers_and_are_ignored_without_them():
     from rlrun.config.typed import ConfigError
 

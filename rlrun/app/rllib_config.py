@@ -276,7 +276,9 @@ def _replay(v: Any, ctx: Context) -> Pairs:
     elif "Prioritized" in kind:
         ctx.notes.append(f"replay_buffer_config.type={kind}: {ctx.run} replays uniformly in rlrun")
     for k, x in v.items():
+        # min_size_for_sampling: the older Rays' name of the rows stored before the first update
         target = {"capacity": "algo.replay_capacity", "learning_starts": "algo.learning_starts",
+                  "min_size_for_sampling": "algo.learning_starts",
                   "prioritized_replay_alpha": "algo.prioritized_replay_alpha",
                   "prioritized_replay_beta": "algo.prioritized_replay_beta",
                   "prioritized_replay_eps": "algo.prioritized_replay_eps"}.get(k)
@@ -288,7 +290,7 @@ def _replay(v: Any, ctx: Context) -> Pairs:
             ctx.ignored.append(f"replay_buffer_config.{k}")
         else:
             raise ConfigError(f"config.replay_buffer_config.{k}: not supported; supported: capacity, learning_starts, "
-                              "type, prioritized_replay_alpha/beta/eps")
+                              "min_size_for_sampling, type, prioritized_replay_alpha/beta/eps")
     return out
 
 
