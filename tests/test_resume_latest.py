@@ -76,6 +76,37 @@ def test_a_resume_keeps_its_checkpoints_seed(tmp_path):
         check_resumable(old, {"seed": 0, "algo": {"name": "ppo", "lr": 1e-3}}, tmp_path)
 
 
+def test_a_null_action_dist_is_the_distribution_it_resolves_to_when_a_resume_compares_configs(tmp_path):
+    import gymnasium as gym
+
+    from rlrun.app.resume import with_resolved_dist
+    from rlrun.sources.plugins import load_builtins
+
+    load_builtins()
+    box, two = gym.spaces.Box(-2.0, 2.0, (1,)), gym.spaces.Discrete(2)
+    # twin_q_mlp's checkpoints named squashed_gaussian before null meant it on a Box
+    old = {"seed": 0, "model": {"name": "twin_q_mlp", "action_dist": "squashed_gaussian"}}
+    new = {"seed": 0, "model": {"name": "twin_q_mlp", "action_dist": None}}
+    assert check_resumable(with_resolved_dist(old, box), with_resolved_dist(new, box), tmp_path) == {}
+    assert with_resolved_dist(new, two)["model"]["action_dist"] == "categorical"
+    mlp = {"seed": 0, "model": {"name": "mlp", "action_dist": None}}  # null: the mlp's diag_gaussian on a Box
+    with pytest.raises(CheckpointError, match="model.action_dist: 'diag_gaussian' in the checkpoint, "
+                                              "'squashed_gaussian' now"):
+        check_resumable(with_resolved_dist(mlp, box), with_resolved_dist(
+            {"seed": 0, "model": {"name": "mlp", "action_dist": "squashed_gaussian"}}, box), tmp_path)
+
+
+def test_a_sac_run_checkpointed_with_its_action_dist_named_resumes_where_it_is_null_now(tmp_path):
+    base = ["+experiment=sac_pendulum", "tracking=none", "progress=false", "model.hiddens=[16,16]",
+            "model.critic_hiddens=[16,16]", "evaluation.interval=0"]
+    first = run_cli([*base, "stop.training_iteration=2", "model.action_dist=squashed_gaussian",
+                     f"output_dir={tmp_path / 'first'}"], tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_cli([*base, "stop.training_iteration=3", f"resume={tmp_path / 'first'}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "rlrun: resuming " in again.stdout and ": iteration 2, " in again.stdout
+
+
 def test_a_sweep_jobs_identity_is_what_its_overrides_set_besides_stop_and_bookkeeping():
     assert job_keys(["+experiment=ppo_cartpole", "seed=1", "algo.lr=0.001", "stop.training_iteration=3",
                      "resume=latest", "progress=true", "++tracking.wait=true", "~env.kwargs"]) == \
