@@ -87,13 +87,14 @@ def test_a_null_action_dist_is_the_distribution_it_resolves_to_when_a_resume_com
     # twin_q_mlp's checkpoints named squashed_gaussian before null meant it on a Box
     old = {"seed": 0, "model": {"name": "twin_q_mlp", "action_dist": "squashed_gaussian"}}
     new = {"seed": 0, "model": {"name": "twin_q_mlp", "action_dist": None}}
-    assert check_resumable(with_resolved_dist(old, box), with_resolved_dist(new, box), tmp_path) == {}
-    assert with_resolved_dist(new, two)["model"]["action_dist"] == "categorical"
+    assert check_resumable(with_resolved_dist(old, [box]), with_resolved_dist(new, [box, box]), tmp_path) == {}
+    assert with_resolved_dist(new, [two])["model"]["action_dist"] == "categorical"
+    assert with_resolved_dist(new, [box, two])["model"]["action_dist"] is None  # policies that resolve it apart
     mlp = {"seed": 0, "model": {"name": "mlp", "action_dist": None}}  # null: the mlp's diag_gaussian on a Box
     with pytest.raises(CheckpointError, match="model.action_dist: 'diag_gaussian' in the checkpoint, "
                                               "'squashed_gaussian' now"):
-        check_resumable(with_resolved_dist(mlp, box), with_resolved_dist(
-            {"seed": 0, "model": {"name": "mlp", "action_dist": "squashed_gaussian"}}, box), tmp_path)
+        check_resumable(with_resolved_dist(mlp, [box]), with_resolved_dist(
+            {"seed": 0, "model": {"name": "mlp", "action_dist": "squashed_gaussian"}}, [box]), tmp_path)
 
 
 def test_a_sac_run_checkpointed_with_its_action_dist_named_resumes_where_it_is_null_now(tmp_path):

@@ -104,6 +104,21 @@ def test_export_writes_the_rlrun_experiment_that_composes_the_same_run(tmp_path)
         assert from_file[section] == direct[section], section
 
 
+def test_rllibs_sac_target_update_freq_counts_env_steps_and_becomes_rlruns_count_of_updates():
+    def freq(**config):
+        tr = translate({"run": "SAC", "env": "Pendulum-v1", "config": config}, "s")
+        return next(o for o in tr.overrides if o.startswith("algo.target_network_update_freq="))
+
+    assert freq() == "algo.target_network_update_freq=1"  # RLlib's 0: every update
+    # 32 env steps at 2 updates of 32 rows per env step (training_intensity 64) are 64 updates
+    assert freq(target_network_update_freq=32, train_batch_size=32, training_intensity=64) == \
+        "algo.target_network_update_freq=64"
+    # RLlib's native ratio with 4-step fragments: one update per 4 env steps
+    assert freq(target_network_update_freq=32, train_batch_size=32, rollout_fragment_length=4) == \
+        "algo.target_network_update_freq=8"
+
+
+@pytest.mark.slow
 def test_rllibs_sac_file_for_cartpole_trains_a_discrete_sac_with_the_files_settings(tmp_path):
     # RLlib's tuned sac/cartpole-sac.yaml, with a short stop (the whole file: 151.3 at 16,600 env steps, seed 0)
     (tmp_path / "cartpole-sac.yaml").write_text(

@@ -124,7 +124,7 @@ def test_actions_are_indices_uniform_before_learning_starts_drawn_from_pi_then_g
     assert (greedy == 0).all()
 
 
-def test_a_sac_policy_on_cartpole_learns_and_its_checkpoint_resumes_the_same(tmp_path):
+def test_a_discrete_sac_policy_updates_its_temperature_and_its_checkpoint_restores_the_same(tmp_path):
     from rlrun import make_trainer
     from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
 
@@ -158,7 +158,38 @@ def test_sac_cartpole_reaches_475_greedy_within_30k_steps(tmp_path):
     assert r.metrics["timesteps_total"] <= 30_000
 
 
-def test_bad_discrete_sac_set_ups_get_one_line(refuse):
-    p = refuse("+experiment=sac_cartpole", "tracking=none", "model.action_dist=squashed_gaussian")
+NO_Q_ALL = """
+from dataclasses import dataclass
+
+from rlrun.core.registry import MODELS
+from rlrun.models.twin_q import DiscreteTwinQModel, TwinQConfig
+
+
+@dataclass
+class NoQAllConfig(TwinQConfig):
+    name: str = "no_q_all"
+
+
+class NoQAll(DiscreteTwinQModel):
+    q_all = None  # a model of Q(s, a) only: SAC on a Discrete space needs every action's
+
+
+MODELS.add("no_q_all", NoQAll, config=NoQAllConfig)
+"""
+
+
+def test_a_model_without_q_values_per_action_is_refused_on_a_discrete_space_before_a_run_is_recorded(tmp_path):
+    import sqlite3
+
+    from tests.inprocess import cli_in_process
+
+    (tmp_path / "no_q_all_model.py").write_text(NO_Q_ALL)
+    p = cli_in_process(["algo=sac", "loss=sac", "model=custom", "model.name=no_q_all", "env=cartpole", "rollout=local",
+                        "rollout.rollout_fragment_length=auto",
+                        "plugins=[no_q_all_model]", "progress=false"], tmp_path)
     assert p.returncode == 2 and p.stderr.strip() == (
-        "rlrun: error: model.action_dist: 'squashed_gaussian' cannot act in the env's action space Discrete(2)")
+        "rlrun: error: model.name: algo 'sac' needs a model with a Q-value per action on a Discrete action space like "
+        "twin_q_mlp's (method q_all); model 'no_q_all' has not"), p.stderr[-2000:]
+    if (tmp_path / "mlflow.db").exists():  # no MLflow run was started
+        with sqlite3.connect(tmp_path / "mlflow.db") as db:
+            assert db.execute("select count(*) from runs").fetchone()[0] == 0

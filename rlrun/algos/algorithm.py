@@ -91,7 +91,8 @@ class Algorithm:
     description: str = ""
     action_spaces: tuple[type[gym.Space], ...] = ()  # the action spaces it can act in; () = any
     action_dists: tuple[str, ...] = ()  # the action distributions its loss and actions assume; () = any
-    check_model: Callable[[nn.Module], str | None] | None = None  # what its model lacks (a problem), else None
+    # what its model (built for the action space given) lacks, as a problem; else None
+    check_model: Callable[[nn.Module, gym.Space], str | None] | None = None
     default_model: str = "mlp"  # the model make_policy builds when given none
     # the loss's gradient without autograd for the (loss, model) pairs it knows, else None (Policy.learn_on_minibatch)
     hand_gradient: Callable[[Policy], HandGradient | None] | None = None
@@ -105,8 +106,11 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
         kinds = " or ".join(t.__name__ for t in algo.action_spaces)
         raise PluginError(f"{prefix}algo.name: algo '{algo.name}' needs a {kinds} action space; the env's is "
                           f"{action_space}")
-    model = check_model_fits(model_cfg, obs_space, action_space)
-    problem = algo.check_model(model) if algo.check_model is not None else None
+    try:
+        model = check_model_fits(model_cfg, obs_space, action_space)
+    except PluginError as e:  # the policy's key prefix in a multi-agent run
+        raise PluginError(f"{prefix}{e}") from None
+    problem = algo.check_model(model, action_space) if algo.check_model is not None else None
     if problem:
         raise PluginError(f"{prefix}model.name: algo '{algo.name}' needs {problem}; model '{model_cfg.name}' has not")
     dist = model_distribution(model_cfg, action_space)

@@ -72,7 +72,7 @@ class SACConfig(OffPolicyConfig):
     initial_alpha: float = 1.0
     alpha: float | None = None  # a fixed temperature; None: learned towards target_entropy
     target_entropy: float | None = None  # None: -(action dimensions); Discrete: 0.98 log(n)
-    hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp derived by hand (no autograd)
+    hand_gradient: bool = True  # the sac loss's gradient on the built-in twin_q_mlp (Box) derived by hand
     compile_update: bool = False  # that hand-derived update compiled by torch.compile (a C++ compiler; ~35 s once)
 
 
@@ -115,10 +115,14 @@ class ActorCriticState:
 ACTOR_CRITIC_METHODS = ("q", "to_unit", "to_env", "actor_parameters", "critic_parameters")
 
 
-def actor_critic_problem(model: nn.Module) -> str | None:
-    """What a model lacks to serve SAC/TD3 (Algorithm.check_model), else None."""
+def actor_critic_problem(model: nn.Module, action_space: gym.Space) -> str | None:
+    """What a model lacks to serve SAC/TD3 in ``action_space`` (Algorithm.check_model), else None."""
     missing = [m for m in ACTOR_CRITIC_METHODS if not callable(getattr(model, m, None))]
-    return f"a model with actor and Q-critics like twin_q_mlp (methods {', '.join(missing)})" if missing else None
+    if missing:
+        return f"a model with actor and Q-critics like twin_q_mlp (methods {', '.join(missing)})"
+    if isinstance(action_space, gym.spaces.Discrete) and not callable(getattr(model, "q_all", None)):
+        return "a model with a Q-value per action on a Discrete action space like twin_q_mlp's (method q_all)"
+    return None
 
 
 def discrete(policy: Policy) -> bool:
@@ -126,9 +130,7 @@ def discrete(policy: Policy) -> bool:
 
 
 def _check_model(policy: Policy) -> Any:
-    problem = actor_critic_problem(policy.model)
-    if not problem and discrete(policy) and not callable(getattr(policy.model, "q_all", None)):
-        problem = "a model with a Q-value per action on a Discrete action space like twin_q_mlp's (method q_all)"
+    problem = actor_critic_problem(policy.model, policy.action_space)
     if problem:
         raise PluginError(f"model.name: algo '{policy.hooks.name}' needs {problem}; model "
                           f"'{policy.spec.model.name}' has not")
@@ -284,7 +286,8 @@ def sac_hand_gradient(policy: Policy) -> tuple[GradientFn, GradientFn] | None:
     if not cfg.hand_gradient or policy.loss_fn is not sac_loss or not TwinQGrad.supports(policy.model, st.target_model):
         if cfg.compile_update:
             raise PluginError("algo.compile_update: true compiles the hand-derived update, which needs the sac loss "
-                              "on the built-in twin_q_mlp (float32, ReLU or tanh) and algo.hand_gradient: true")
+                              "on the built-in twin_q_mlp in a Box action space (float32, ReLU or tanh) and "
+                              "algo.hand_gradient: true")
         return None
     problem = compiler_problem() if cfg.compile_update else None
     if problem:
@@ -368,7 +371,8 @@ SAC = register_algorithm(Algorithm(
     make_state=sac_state, learn=actor_critic_learn(sac_after_update), needs_next_obs=True, bootstrap_values=False,
     hand_gradient=sac_hand_gradient,
     provides_columns=OFF_POLICY_COLUMNS, metrics=("train/replay_size", "train/num_updates"),
-    description="Soft actor-critic: twin Q, squashed Gaussian actor, learned temperature",
+    description="Soft actor-critic: twin Q, squashed Gaussian (Box) or categorical (Discrete) actor, learned "
+                "temperature",
     action_spaces=(gym.spaces.Box, gym.spaces.Discrete), action_dists=("squashed_gaussian", "categorical"),
     check_model=actor_critic_problem, default_model="twin_q_mlp",
 ))

@@ -3,7 +3,9 @@ RLlib's SAC on Discrete spaces): the policy's probabilities are exact, so expect
 the sampled action of the Box case - in the critics' target, the actor's loss and the temperature's.
 
 The ``sac`` loss and actions (``rlrun/algos/sac.py``) call these when the policy's action space is Discrete; the
-model is ``twin_q_mlp``'s ``DiscreteTwinQModel`` (the actor's logits, one Q-value per action and critic).
+model is ``twin_q_mlp``'s ``DiscreteTwinQModel`` (the actor's logits, one Q-value per action and critic). The actor's
+term takes the minimum of the critics, as the paper's code and CleanRL's do (RLlib's takes its first critic's); the
+critics' loss is SAC's squared error here as on a Box (RLlib's is Huber's), and the update autograd's.
 """
 
 from __future__ import annotations

@@ -19,31 +19,32 @@ from rlrun.tracking.tracker import TrackingError, default_tracking_uri
 from rlrun.training.checkpoint import Checkpoint, check_resumable, load_checkpoint, remove_dead_writes, resolve_resume
 
 
-def with_resolved_dist(config: Mapping[str, Any], action_space: gym.Space | None) -> dict[str, Any]:
-    """``config`` with a null ``model.action_dist`` as the distribution it resolves to for ``action_space``: a
-    checkpoint that named it (``twin_q_mlp``'s squashed_gaussian, before null meant that) is the same model."""
+def with_resolved_dist(config: Mapping[str, Any], action_spaces: Sequence[gym.Space]) -> dict[str, Any]:
+    """``config`` with a null ``model.action_dist`` as the distribution it resolves to for the policies' action
+    spaces (where they all resolve it alike): a checkpoint that named it (``twin_q_mlp``'s squashed_gaussian, before
+    null meant that) is the same model."""
     model = config.get("model")
-    if action_space is None or not isinstance(model, Mapping) or "action_dist" not in model:
+    if not isinstance(model, Mapping) or "action_dist" not in model:
         return dict(config)
-    resolved = model_distribution(SimpleNamespace(name=model.get("name"), action_dist=model["action_dist"]),
-                                  action_space)
-    return {**config, "model": {**model, "action_dist": resolved}}
+    named = SimpleNamespace(name=model.get("name"), action_dist=model["action_dist"])
+    resolved = {model_distribution(named, space) for space in action_spaces}
+    return {**config, "model": {**model, "action_dist": resolved.pop()}} if len(resolved) == 1 else dict(config)
 
 
 def resume_checkpoint(cfg: RunConfig, launch: Path, out_dir: Path, config_dict: dict[str, Any],
-                      job_overrides: Sequence[str] | None, action_space: gym.Space | None = None
+                      job_overrides: Sequence[str] | None, action_spaces: Sequence[gym.Space] = ()
                       ) -> tuple[Checkpoint | None, dict[str, Any], Path | None]:
     """``(checkpoint, harmless config changes, its dir)`` of ``cfg.resume`` (all None / empty without one),
     resolved and checked before anything starts: a refusal changes nothing. ``job_overrides``: a sweep
-    job's overrides (its ``latest`` is its own job's checkpoint); ``action_space``: the default policy's."""
+    job's overrides (its ``latest`` is its own job's checkpoint); ``action_spaces``: the policies'."""
     if not cfg.resume:
         return None, {}, None
     uri = cfg.tracking.tracking_uri or default_tracking_uri(launch)
     path = resolve_resume(cfg.resume, launch, uri, out_dir / "resumed_from", config=config_dict,
                           sweep_job=job_overrides)
     resumed = load_checkpoint(path)
-    changes = check_resumable(with_resolved_dist(resumed.config, action_space),
-                              with_resolved_dist(config_dict, action_space), path)
+    changes = check_resumable(with_resolved_dist(resumed.config, action_spaces),
+                              with_resolved_dist(config_dict, action_spaces), path)
     check_state_fits(resumed, cfg, launch, path)
     remove_dead_writes(path.parent)  # what a kill during the resumed run's last write left
     try:

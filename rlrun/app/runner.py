@@ -209,8 +209,8 @@ def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: Sweep
         raise ConfigError(f"output_dir: cannot write to {out_dir}: {e.strerror or e}") from None
     _check_store_dir(cfg)
     config_dict = to_dict(cfg)
-    action_space = spaces[DEFAULT_POLICY_ID][1] if DEFAULT_POLICY_ID in spaces else None
-    resumed, changes, resume_path = resume_checkpoint(cfg, launch, out_dir, config_dict, job_overrides, action_space)
+    action_spaces = [space for _, space in spaces.values()]
+    resumed, changes, resume_path = resume_checkpoint(cfg, launch, out_dir, config_dict, job_overrides, action_spaces)
     resumed_text = resumed_from(resume_path, resumed.meta) if resumed and resume_path else None
     if resumed_text:
         print(f"rlrun: resuming {resumed_text}", flush=True)

@@ -8,7 +8,7 @@ We avoid ``torch.distributions`` in the hot path: its argument checks cost more 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
+
+SpaceT = TypeVar("SpaceT", bound=gym.Space)
 
 
 class ActionDistribution:
@@ -48,6 +50,13 @@ class ActionDistribution:
         raise NotImplementedError
 
 
+def _space(action_space: gym.Space, kind: type[SpaceT], name: str) -> SpaceT:
+    """``action_space`` if a ``kind``, else a ValueError (``distribution_problem`` turns it into one line)."""
+    if not isinstance(action_space, kind):
+        raise ValueError(f"{name} acts in a {kind.__name__} action space, not {action_space}")
+    return action_space
+
+
 @DISTRIBUTIONS.register("categorical")
 class Categorical(ActionDistribution):
     """Categorical over ``n`` discrete actions; inputs are unnormalised logits ``[B, n]``."""
@@ -60,8 +69,7 @@ class Categorical(ActionDistribution):
 
     @staticmethod
     def required_inputs(action_space: gym.Space) -> int:
-        assert isinstance(action_space, gym.spaces.Discrete)
-        return int(action_space.n)
+        return int(_space(action_space, gym.spaces.Discrete, "categorical").n)
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         # Gumbel-max: argmax(logits + Gumbel noise) is an exact sample, one kernel, no CPU sync.
@@ -95,8 +103,7 @@ class DiagGaussian(ActionDistribution):
 
     @staticmethod
     def required_inputs(action_space: gym.Space) -> int:
-        assert isinstance(action_space, gym.spaces.Box)
-        return 2 * int(np.prod(action_space.shape))
+        return 2 * int(np.prod(_space(action_space, gym.spaces.Box, "diag_gaussian").shape))
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         noise = torch.randn(self.mean.shape, generator=generator)
@@ -141,8 +148,7 @@ class SquashedGaussian(ActionDistribution):
 
     @staticmethod
     def required_inputs(action_space: gym.Space) -> int:
-        assert isinstance(action_space, gym.spaces.Box)
-        return 2 * int(np.prod(action_space.shape))
+        return 2 * int(np.prod(_space(action_space, gym.spaces.Box, "squashed_gaussian").shape))
 
     def sample_logp(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised sample (gradients flow to the inputs) and its log-probability."""
@@ -190,8 +196,7 @@ class Deterministic(ActionDistribution):
 
     @staticmethod
     def required_inputs(action_space: gym.Space) -> int:
-        assert isinstance(action_space, gym.spaces.Box)
-        return int(np.prod(action_space.shape))
+        return int(np.prod(_space(action_space, gym.spaces.Box, "deterministic").shape))
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
         return torch.tanh(self.inputs)

@@ -100,6 +100,8 @@ class CriticStack(nn.Module):
     def weight_of(self, critic: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Critic ``critic``'s layers as (weight [in, out], bias [out]) pairs, the output layer last."""
         layers = [(w[critic], b[critic, 0]) for w, b in zip(self.weights, self.biases, strict=True)]
+        if self.outputs > 1:
+            return [*layers, (self.out_weight[critic], self.out_bias[critic, 0])]
         return [*layers, (self.out_weight[critic].T, self.out_bias[critic])]
 
 
