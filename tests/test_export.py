@@ -89,6 +89,19 @@ def test_sac_and_td3_models_act_as_their_policies_do_scaled_to_the_bounds(preset
     assert actions.max() - actions.min() > 0.01  # not all at one bound
 
 
+@pytest.mark.slow
+def test_a_discrete_sac_model_acts_as_its_policy_does_greedily(tmp_path):
+    r = _train(tmp_path, "+experiment=sac_cartpole", "algo.learning_starts=64", "stop.training_iteration=3",
+               "model.hiddens=[32,32]", "model.critic_hiddens=[32,32]", "evaluation.interval=0")
+    model = _load_model(tmp_path, r.run_id)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    actions = np.asarray(model.predict(obs))
+    assert actions.shape == (64,) and actions.dtype == np.int64
+    policy = load_policy(r.checkpoint_dir, tmp_path).policy
+    np.testing.assert_array_equal(actions, policy.compute_actions(obs, explore=False).actions)
+    assert set(np.unique(actions)) == {0, 1}  # the categorical actor's argmax, not one fixed action
+
+
 def test_log_model_false_logs_no_model(tmp_path):
     r = _train(tmp_path, "+experiment=ppo_cartpole", "stop.training_iteration=1", "tracking.log_model=false")
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
