@@ -192,7 +192,7 @@ def sac_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
         return random_actions(policy, len(obs))
     with torch.inference_mode():
         di = policy.model(torch.as_tensor(obs)).dist_inputs.numpy()
-    if isinstance(policy.action_space, gym.spaces.Discrete):
+    if discrete(policy):
         return _env_actions(policy, sac_discrete.sample_actions(di, policy.np_rng, explore), di)
     mean, log_std = np.split(di, 2, axis=-1)
     u = mean

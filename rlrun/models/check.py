@@ -11,7 +11,7 @@ from torch import nn
 from rlrun.config.schemas import ModelConfig
 from rlrun.core.errors import PluginError, first_line
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
-from rlrun.models.distributions import distribution_problem, model_distribution
+from rlrun.models.distributions import model_distribution
 
 
 def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space) -> nn.Module:
@@ -19,10 +19,11 @@ def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space:
     a model config that cannot fit the observations (conv_filters shrinking the image away) or a
     plugin model returning the wrong shapes fails here with one line."""
     dist_name = model_distribution(model_cfg, action_space)
-    problem = distribution_problem(dist_name, action_space)
-    if problem:
-        raise PluginError(problem)
-    num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
+    try:
+        num_outputs = DISTRIBUTIONS.get(dist_name, "model.action_dist").required_inputs(action_space)
+    except (AssertionError, ValueError, TypeError):  # a distribution for another kind of action space
+        raise PluginError(f"model.action_dist: '{dist_name}' cannot act in the env's action space {action_space}"
+                          ) from None
     model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
     check_model_output(model, obs_space, model_cfg.name, num_outputs)
     return model

@@ -51,7 +51,7 @@ class ActionDistribution:
 
 
 def _space(action_space: gym.Space, kind: type[SpaceT], name: str) -> SpaceT:
-    """``action_space`` if a ``kind``, else a ValueError (``distribution_problem`` turns it into one line)."""
+    """``action_space`` if a ``kind``, else a ValueError (``models.check`` turns it into one line)."""
     if not isinstance(action_space, kind):
         raise ValueError(f"{name} acts in a {kind.__name__} action space, not {action_space}")
     return action_space
@@ -230,13 +230,3 @@ def model_distribution(model_cfg: object, action_space: gym.Space) -> str:
             if isinstance(action_space, kind):
                 return str(dist)
     return default_distribution(action_space)
-
-
-def distribution_problem(name: str, action_space: gym.Space) -> str | None:
-    """Why distribution ``name`` cannot act in ``action_space`` (one line), else None."""
-    try:
-        DISTRIBUTIONS.get(name, "model.action_dist").required_inputs(action_space)
-    except (AssertionError, ValueError, TypeError):
-        return f"model.action_dist: '{name}' cannot act in the env's action space {action_space}"
-    return None
-
