@@ -302,6 +302,8 @@ def test_ppo_multi_cartpole_both_policies_reach_475_and_resume(cli, tmp_path):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     models = {m.name: m for m in client.search_logged_models([client.get_run(s["run_id"]).info.experiment_id])}
     assert set(models) == {"model_p0", "model_p1"}, models
+    tags = client.get_run(s["run_id"]).data.tags  # the distribution each policy acts with (model.action_dist null)
+    assert tags["rlrun.action_dist.p0"] == tags["rlrun.action_dist.p1"] == "categorical", tags
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for m in models.values():
         actions = mlflow.pyfunc.load_model(m.model_uri).predict(np.random.default_rng(0).normal(size=(8, 4))

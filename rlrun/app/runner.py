@@ -27,7 +27,7 @@ from rlrun.app.run_files import (
     write_checkpoint,
 )
 from rlrun.app.run_hooks import build_run_hooks, mlflow_row
-from rlrun.app.run_record import default_run_name, run_tags
+from rlrun.app.run_record import action_dist_tags, default_run_name, run_tags
 from rlrun.app.torch_compute import flush_denormals, set_torch_compute
 from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
@@ -224,7 +224,8 @@ def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: Sweep
     run_name = cfg.tracking.run_name or (resumed.meta.get(RUN_NAME_META) if resumed else None) or default_run_name(cfg)
     tracker = make_tracker(replace(cfg.tracking, run_name=run_name), launch, cfg.experiment or DEFAULT_EXPERIMENT,
                            resume_run_id, run_key if resumed or continued else None)
-    tags = {**run_tags(cfg, launch, out_dir), "rlrun.output_dir": str(out_dir), RUN_KEY_TAG: run_key,
+    tags = {**run_tags(cfg, launch, out_dir), **action_dist_tags(cfg, spaces), "rlrun.output_dir": str(out_dir),
+            RUN_KEY_TAG: run_key,
             **{f"rlrun.{k}": str(config_dict[k]) for k in BOOKKEEPING if k != "output_dir"}}
     if resumed:
         tags["rlrun.resumed_from"] = str(resume_path)

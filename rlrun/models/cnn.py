@@ -55,15 +55,17 @@ def check_cnn_config(c: CNNConfig) -> str | None:
     return None
 
 
-def image_layout(shape: tuple[int, ...], order: str) -> tuple[int, int, int, str]:
-    """(channels, height, width, how to bring an observation to [C, H, W]) for an observation shape."""
+def image_layout(shape: tuple[int, ...], order: str, model: str = "cnn", instead: str = "mlp"
+                 ) -> tuple[int, int, int, str]:
+    """(channels, height, width, how to bring an observation to [C, H, W]) for an observation shape; a shape
+    that is no image is refused naming ``model`` and the model to use ``instead``."""
     if len(shape) == 2:
         return 1, shape[0], shape[1], "hw"
     if len(shape) == 4:  # frame stack of [H, W, C] images
         return shape[0] * shape[3], shape[1], shape[2], "shwc"
     if len(shape) != 3:
-        raise ConfigError(f"model.name: cnn needs image observations ([H, W], [H, W, C], [C, H, W] or a frame stack), "
-                          f"got shape {shape}; use model=mlp")
+        raise ConfigError(f"model.name: {model} needs image observations ([H, W], [H, W, C], [C, H, W] or a frame "
+                          f"stack), got shape {shape}; use model={instead}")
     if order == "auto":
         order = "hwc" if shape[-1] < shape[0] else "chw"
     return (shape[2], shape[0], shape[1], "hwc") if order == "hwc" else (shape[0], shape[1], shape[2], "chw")

@@ -141,7 +141,8 @@ class QCNNModel(QNetwork):
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: QCNNConfig) -> None:
         super().__init__()
-        channels, h, w, self.layout = image_layout(tuple(obs_space.shape or ()), config.channel_order)
+        channels, h, w, self.layout = image_layout(tuple(obs_space.shape or ()), config.channel_order, "q_cnn",
+                                                       "q_mlp")
         oh, ow = conv_output_hw(h, w, config.conv_filters)
         sizes = [config.conv_filters[-1][0] * oh * ow, *config.hiddens]
         self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, ACTIVATIONS[config.activation]))

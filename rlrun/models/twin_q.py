@@ -48,12 +48,18 @@ class TwinQConfig(MLPConfig):
     action_dist: str | None = None
 
 
+def check_critics(c: TwinQConfig | object) -> str | None:
+    """``num_critics`` and ``critic_hiddens`` (``twin_q_mlp``'s and ``twin_q_cnn``'s)."""
+    num, hiddens = getattr(c, "num_critics", 1), list(getattr(c, "critic_hiddens", []))
+    if num < 1:
+        return f"model.num_critics: must be at least 1, got {num}"
+    if not hiddens or any(h < 1 for h in hiddens):
+        return f"model.critic_hiddens: every layer needs at least one unit, got {hiddens}"
+    return None
+
+
 def check_twin_q_config(c: TwinQConfig) -> str | None:
-    if c.num_critics < 1:
-        return f"model.num_critics: must be at least 1, got {c.num_critics}"
-    if not c.critic_hiddens or any(h < 1 for h in c.critic_hiddens):
-        return f"model.critic_hiddens: every layer needs at least one unit, got {list(c.critic_hiddens)}"
-    return check_mlp_config(c)
+    return check_critics(c) or check_mlp_config(c)
 
 
 class CriticStack(nn.Module):
@@ -134,30 +140,19 @@ class ActorAndCritics(nn.Module):
         return list(self.critics.parameters())
 
 
-class TwinQModel(ActorAndCritics):
-    """``twin_q_mlp`` on a Box action space: critics over (observation, action in [-1, 1])."""
+class BoxActions(nn.Module):
+    """The Box case's action maps: the env's bounds <-> [-1, 1], where the critics take actions."""
 
     action_mid: torch.Tensor  # buffers: the action space's centre and half-width per dimension
     action_half: torch.Tensor
 
-    def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: TwinQConfig) -> None:
-        if not isinstance(action_space, gym.spaces.Box):
-            raise ValueError(f"twin_q_mlp needs a Box or Discrete action space, got {action_space}")
-        obs_dim = int(np.prod(obs_space.shape or (1,)))
-        super().__init__(obs_dim, num_outputs, config)
-        act_dim = int(np.prod(action_space.shape))
-        self.critics = CriticStack(config.num_critics, [obs_dim + act_dim, *config.critic_hiddens], config.activation)
+    def _register_bounds(self, action_space: gym.spaces.Box, name: str) -> None:
         low, high = (np.broadcast_to(x, action_space.shape).reshape(-1).astype(np.float32)
                      for x in (action_space.low, action_space.high))
         if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError(f"twin_q_mlp needs finite action bounds, got low={low.tolist()}, high={high.tolist()}")
+            raise ValueError(f"{name} needs finite action bounds, got low={low.tolist()}, high={high.tolist()}")
         self.register_buffer("action_mid", torch.as_tensor((high + low) / 2))
         self.register_buffer("action_half", torch.as_tensor((high - low) / 2))
-
-    def q(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False) -> torch.Tensor:
-        """Every critic's Q(obs, actions) ``[C, B]``; ``actions`` in [-1, 1] (``to_unit``)."""
-        x = torch.cat([obs.reshape(obs.shape[0], -1).float(), actions.reshape(actions.shape[0], -1)], dim=-1)
-        return self.critics(x, detach)
 
     def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
         """Env-scale actions -> [-1, 1]."""
@@ -168,19 +163,11 @@ class TwinQModel(ActorAndCritics):
         return (self.action_mid.numpy() + self.action_half.numpy() * unit).astype(np.float32)
 
 
-class DiscreteTwinQModel(ActorAndCritics):
-    """``twin_q_mlp`` on a Discrete action space: the actor's logits, critics of one Q-value per action."""
-
-    def __init__(self, obs_space: gym.Space, action_space: gym.spaces.Discrete, num_outputs: int,
-                 config: TwinQConfig) -> None:
-        obs_dim = int(np.prod(obs_space.shape or (1,)))
-        super().__init__(obs_dim, num_outputs, config)
-        self.critics = CriticStack(config.num_critics, [obs_dim, *config.critic_hiddens], config.activation,
-                                   int(action_space.n))
+class DiscreteActions(nn.Module):
+    """The Discrete case: ``q`` picks the taken actions' values from ``q_all``; actions stay indices."""
 
     def q_all(self, obs: torch.Tensor, detach: bool = False) -> torch.Tensor:
-        """Every critic's Q-value of every action ``[C, B, n]``."""
-        return self.critics(obs.reshape(obs.shape[0], -1).float(), detach)
+        raise NotImplementedError
 
     def q(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False) -> torch.Tensor:
         """Every critic's Q(obs, actions) ``[C, B]`` for action indices ``[B]``."""
@@ -193,6 +180,39 @@ class DiscreteTwinQModel(ActorAndCritics):
 
     def to_env(self, unit: np.ndarray) -> np.ndarray:
         return np.asarray(unit, dtype=np.int64)
+
+
+class TwinQModel(ActorAndCritics, BoxActions):
+    """``twin_q_mlp`` on a Box action space: critics over (observation, action in [-1, 1])."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: TwinQConfig) -> None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise ValueError(f"twin_q_mlp needs a Box or Discrete action space, got {action_space}")
+        obs_dim = int(np.prod(obs_space.shape or (1,)))
+        super().__init__(obs_dim, num_outputs, config)
+        act_dim = int(np.prod(action_space.shape))
+        self.critics = CriticStack(config.num_critics, [obs_dim + act_dim, *config.critic_hiddens], config.activation)
+        self._register_bounds(action_space, "twin_q_mlp")
+
+    def q(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """Every critic's Q(obs, actions) ``[C, B]``; ``actions`` in [-1, 1] (``to_unit``)."""
+        x = torch.cat([obs.reshape(obs.shape[0], -1).float(), actions.reshape(actions.shape[0], -1)], dim=-1)
+        return self.critics(x, detach)
+
+
+class DiscreteTwinQModel(ActorAndCritics, DiscreteActions):
+    """``twin_q_mlp`` on a Discrete action space: the actor's logits, critics of one Q-value per action."""
+
+    def __init__(self, obs_space: gym.Space, action_space: gym.spaces.Discrete, num_outputs: int,
+                 config: TwinQConfig) -> None:
+        obs_dim = int(np.prod(obs_space.shape or (1,)))
+        super().__init__(obs_dim, num_outputs, config)
+        self.critics = CriticStack(config.num_critics, [obs_dim, *config.critic_hiddens], config.activation,
+                                   int(action_space.n))
+
+    def q_all(self, obs: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """Every critic's Q-value of every action ``[C, B, n]``."""
+        return self.critics(obs.reshape(obs.shape[0], -1).float(), detach)
 
 
 # model.action_dist: null resolves to action_dists' entry for the space (distributions.model_distribution)

@@ -36,6 +36,7 @@ def load_builtins() -> None:
     import rlrun.models.lstm
     import rlrun.models.q_networks
     import rlrun.models.twin_q
+    import rlrun.models.twin_q_cnn
     import rlrun.policy.optim
     import rlrun.policy.policy_map  # heuristic policies (random, always_same)
     import rlrun.sources.source  # noqa: F401
