@@ -373,3 +373,30 @@ def run_of_output_dir(uri: str, output_dir: str) -> str:
     (run, *_) = client.search_runs(exp_ids, f"tags.`rlrun.output_dir` = '{output_dir}'",
                                    order_by=["attributes.start_time DESC"])
     return run.info.run_id
+
+
+def trained_and_restored(overrides: list[str], tmp_path: Path, iterations: int = 2):
+    """A trainer after ``iterations``, its last result, and another (seed 7) restored from its checkpoint:
+    what a resume of an off-policy learner's state is checked on. The caller stops both."""
+    from rlrun import make_trainer
+    from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
+
+    a = make_trainer(overrides)
+    for _ in range(iterations):
+        result = a.train()
+    path = save_checkpoint(tmp_path / "ck", a.get_state(), {"algo": a.config.name}, {})
+    b = make_trainer([*overrides, "seed=7"])
+    b.set_state(load_checkpoint(path).state)
+    return a, result, b
+
+
+def assert_same_losses_and_stop(a, b, batch, stages) -> None:
+    """Each loss stage gives ``a`` and ``b`` the same total on ``batch`` (weights, targets and temperature
+    restored alike); then both trainers stop."""
+    import torch
+
+    for stage in stages:
+        la, lb = (stage(t.policy, t.policy.model, t.policy.dist_class, batch) for t in (a, b))
+        assert torch.equal(la.total, lb.total), stage.__name__
+    a.stop()
+    b.stop()

@@ -19,6 +19,8 @@ from rlrun.models.distributions import Categorical
 from rlrun.models.twin_q import DiscreteTwinQModel
 from rlrun.sources.plugins import load_builtins
 
+from .conftest import assert_same_losses_and_stop, trained_and_restored
+
 load_builtins()
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
@@ -125,27 +127,15 @@ def test_actions_are_indices_uniform_before_learning_starts_drawn_from_pi_then_g
 
 
 def test_a_discrete_sac_policy_updates_its_temperature_and_its_checkpoint_restores_the_same(tmp_path):
-    from rlrun import make_trainer
-    from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
-
     overrides = ["+experiment=sac_cartpole", "tracking=none", "algo.learning_starts=64", "algo.train_batch_size=64",
                  "checkpoint.include_replay=true"]
-    a = make_trainer(overrides)
-    for _ in range(2):
-        r = a.train()
+    a, r, b = trained_and_restored(overrides, tmp_path)
     st = a.policy.state_as(ActorCriticState)
     assert st.num_updates == 128 and float(st.log_alpha) != 0.0 and r["train/loss/critic"] > 0
-    path = save_checkpoint(tmp_path / "ck", a.get_state(), {"algo": "sac"}, {})
-    b = make_trainer([*overrides, "seed=7"])
-    b.set_state(load_checkpoint(path).state)
     obs = np.random.default_rng(0).uniform(-1, 1, (64, 4)).astype(np.float32)
     np.testing.assert_array_equal(a.policy.compute_actions(obs).actions, b.policy.compute_actions(obs).actions)
     batch = {k: v if k != SB.ACTIONS else v % 2 for k, v in _batch().items()}  # CartPole: 2 actions
-    for stage in (sac_critic_loss, sac_actor_loss):
-        la, lb = (stage(t.policy, t.policy.model, t.policy.dist_class, batch) for t in (a, b))
-        assert torch.equal(la.total, lb.total)  # the same weights, targets and temperature
-    a.stop()
-    b.stop()
+    assert_same_losses_and_stop(a, b, batch, (sac_critic_loss, sac_actor_loss))
 
 
 @pytest.mark.slow

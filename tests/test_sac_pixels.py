@@ -15,6 +15,8 @@ from rlrun.models.distributions import Categorical, Deterministic, SquashedGauss
 from rlrun.models.twin_q_cnn import DiscreteTwinQCNNModel, TwinQCNNModel
 from rlrun.sources.plugins import load_builtins
 
+from .conftest import assert_same_losses_and_stop, trained_and_restored
+
 load_builtins()
 IMAGES = gym.spaces.Box(0, 255, (12, 12, 3), np.uint8)  # [H, W, C]
 SMALL = {"conv_filters": [[8, 3, 2], [16, 3, 1]], "hiddens": [32], "critic_hiddens": [32]}
@@ -137,30 +139,18 @@ def test_td3_acts_deterministically_on_pixels_and_its_actor_term_passes_through_
 
 
 def test_a_pixel_sac_checkpoint_restores_the_same_actions_losses_and_target_encoder(tmp_path):
-    from rlrun import make_trainer
-    from rlrun.training.checkpoint import load_checkpoint, save_checkpoint
-
     overrides = ["+experiment=sac_minigrid_empty", "tracking=none", "algo.learning_starts=64",
                  "checkpoint.include_replay=true"]
-    a = make_trainer(overrides)
-    for _ in range(2):
-        r = a.train()
+    a, r, b = trained_and_restored(overrides, tmp_path)
     st = a.policy.state_as(ActorCriticState)
     assert st.num_updates == 128 and r["train/loss/critic"] > 0
-    path = save_checkpoint(tmp_path / "ck", a.get_state(), {"algo": "sac"}, {})
-    b = make_trainer([*overrides, "seed=7"])
-    b.set_state(load_checkpoint(path).state)
     for key, v in st.target_model.state_dict().items():  # the target encoder, Polyak-stepped 128 times
         assert torch.equal(v, b.policy.state_as(ActorCriticState).target_model.state_dict()[key]), key
     obs = np.random.default_rng(0).integers(0, 11, (64, 7, 7, 3), dtype=np.uint8)
     np.testing.assert_array_equal(a.policy.compute_actions(obs, explore=False).actions,
                                   b.policy.compute_actions(obs, explore=False).actions)
-    batch = {k: torch.as_tensor(v) for k, v in a.policy.state_as(ActorCriticState).replay.sample(32).items()}
-    for stage in (sac_critic_loss, sac_actor_loss):
-        la, lb = (stage(t.policy, t.policy.model, t.policy.dist_class, batch) for t in (a, b))
-        assert torch.equal(la.total, lb.total)  # the same weights, targets and temperature
-    a.stop()
-    b.stop()
+    batch = {k: torch.as_tensor(v) for k, v in st.replay.sample(32).items()}
+    assert_same_losses_and_stop(a, b, batch, (sac_critic_loss, sac_actor_loss))
 
 
 @pytest.mark.slow
