@@ -319,7 +319,10 @@ CASES: dict[str, Case] = {
                                   expect="model.name: twin_q_cnn needs image observations ([H, W], [H, W, C], "
                                          "[C, H, W] or a frame stack), got shape (3,); use model=twin_q_mlp"),
     "pixel critics without units": c("+experiment=sac_minigrid_empty", "model.critic_hiddens=[]",
-                                     expect="model.critic_hiddens: every layer needs at least one unit, got []"),
+                                     expect="rlrun: error: model.critic_hiddens: every layer needs at least one unit, "
+                                            "got []"),
+    "no critics": c("+experiment=sac_pendulum", "model.num_critics=0",
+                    expect="rlrun: error: model.num_critics: 0 must be at least 1"),
     "pixel filters shrink the image": c("+experiment=sac_minigrid_empty", "model.conv_filters=[[16,8,4]]",
                                         expect="model.conv_filters: [[16, 8, 4]] shrink the 7x7 image below 1x1"),
     "categorical on a box": c("+experiment=ppo_pendulum", "model.action_dist=categorical",

@@ -159,6 +159,17 @@ def test_older_rays_min_size_for_sampling_is_the_rows_stored_before_learning():
     assert "algo.learning_starts=700" in tr.overrides and tr.ignored == []
 
 
+def test_older_rays_sac_model_keys_are_the_same_hiddens_and_activation():
+    tr = translate({"run": "SAC", "env": "Pendulum-v1", "config": {
+        "q_model_config": {"hidden_activation": "tanh", "hidden_layer_sizes": [64]},
+        "policy_model_config": {"hidden_layer_sizes": [32, 32], "hidden_activation": "tanh"}}}, "s")
+    assert {"model.critic_hiddens=[64]", "model.hiddens=[32, 32]", "model.activation=tanh"} <= set(tr.overrides)
+    from rlrun.config.typed import ConfigError
+
+    with pytest.raises(ConfigError, match="config: hidden_sizes in a Q/policy model config is not supported"):
+        translate({"run": "SAC", "env": "Pendulum-v1", "config": {"q_model_config": {"hidden_sizes": [64]}}}, "s")
+
+
 def test_rllibs_cpus_per_worker_size_the_ray_workers_and_are_ignored_without_them():
     from rlrun.config.typed import ConfigError
 

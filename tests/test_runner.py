@@ -246,3 +246,22 @@ def test_an_iteration_of_many_rounds_is_those_rounds_as_iterations():
     finally:
         one.stop()
         many.stop()
+
+
+@pytest.mark.parametrize(("overrides", "want"), [
+    (["+experiment=sac_pendulum"], {"rlrun.action_dist": "squashed_gaussian"}),  # twin_q_mlp's own on a Box
+    (["+experiment=td3_pendulum"], {"rlrun.action_dist": "deterministic"}),  # set in the preset
+    (["+experiment=ppo_pendulum"], {"rlrun.action_dist": "diag_gaussian"}),  # the mlp's: no default of its own
+    (["+experiment=sac_minigrid_empty"], {"rlrun.action_dist": "categorical"}),
+    # per policy; the heuristic always_same has none
+    (["+experiment=ppo_rps"], {"rlrun.action_dist.learned": "categorical"}),
+    (["+experiment=ppo_multi_cartpole"],
+     {"rlrun.action_dist.p0": "categorical", "rlrun.action_dist.p1": "categorical"}),
+])
+def test_the_run_is_tagged_with_the_action_distribution_its_null_model_action_dist_resolves_to(overrides, want):
+    from rlrun.app.cli import compose
+    from rlrun.app.run_record import action_dist_tags
+    from rlrun.policy.policy_map import run_spaces
+
+    cfg = compose(["tracking=none", *overrides])
+    assert action_dist_tags(cfg, run_spaces(cfg)) == want

@@ -127,15 +127,25 @@ def test_polyak_steps_move_the_target_encoder_with_the_critics_and_td3_moves_the
         torch.testing.assert_close(st.target_model.state_dict()[key], want)
 
 
-def test_td3_acts_deterministically_on_pixels_and_its_actor_term_passes_through_the_first_critic():
+def test_td3_acts_deterministically_on_pixels_and_its_actor_term_passes_through_the_first_critic_alone():
     p = _policy("td3", space=BOX, learning_starts=0)
     assert p.dist_class is Deterministic
+    m = p.model
     b = _batch(_box)
-    out = td3_actor_loss(p, p.model, p.dist_class, b)
-    want = -p.model.q(b[SB.OBS], torch.tanh(p.model(b[SB.OBS]).dist_inputs))[0].mean()
-    torch.testing.assert_close(out.total, want)
+    before = td3_actor_loss(p, m, p.dist_class, b).total.detach()
+    with torch.no_grad():  # the second critic's layers: the actor's term must not see them
+        for w in m.critics.stack.parameters():
+            w[1].add_(1.0)
+    after = td3_actor_loss(p, m, p.dist_class, b).total.detach()
+    torch.testing.assert_close(after, before)
+    with torch.no_grad():
+        m.critics.stack.weights[0][0].add_(1.0)  # the first critic's: it must
+    assert not torch.equal(td3_actor_loss(p, m, p.dist_class, b).total.detach(), before)
     greedy = p.compute_actions(b[SB.OBS].numpy(), explore=False).actions
-    np.testing.assert_allclose(greedy, p.compute_actions(b[SB.OBS].numpy(), explore=False).actions)
+    with torch.no_grad():
+        x = b[SB.OBS].permute(0, 3, 1, 2).float() / 255
+        want = 2 * torch.tanh(m.head(m.actor(x)))  # the actor's own convolutions, scaled to the bounds [-2, 2]
+    np.testing.assert_allclose(greedy, want.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_pixel_sac_checkpoint_restores_the_same_actions_losses_and_target_encoder(tmp_path):
@@ -172,3 +182,15 @@ def test_sac_minigrid_empty_reaches_0_9_greedy_within_10k_steps_and_records_its_
     assert params["model.name"] == "twin_q_cnn" and params["model.action_dist"] == "null"
     assert run_record.data.tags["rlrun.action_dist"] == "categorical"
     assert run_record.data.metrics["train/loss/critic"] > 0 and "train/alpha" in run_record.data.metrics
+
+
+def test_the_memory_check_counts_the_critics_encoder_as_well_as_the_actors_convolutions():
+    from rlrun.config.resources import model_parameters
+
+    cfg = MODELS.entry("twin_q_cnn").config_cls(**SMALL)
+    parts = model_parameters(cfg)
+    conv = (8 * 1 * 9 + 8) + (16 * 8 * 9 + 16)  # the lower bound's one-channel image
+    assert parts["conv_filters"] == 2 * conv  # the actor's and the critics' encoder
+    assert parts["critic_hiddens"] == 2 * (16 * 32 + 32)  # each critic's layer over the encoder's 16 channels at least
+    model = make_policy("sac", IMAGES, gym.spaces.Discrete(3), model_config=cfg).model
+    assert sum(parts.values()) <= sum(w.numel() for w in model.parameters())  # a lower bound

@@ -212,7 +212,8 @@ MODEL_KEYS: dict[str, Handler] = {
     "vf_share_layers": _to("model.vf_share_layers"), "free_log_std": _to("model.free_log_std"),
     "use_lstm": _use_lstm, "lstm_cell_size": _to("model.cell_size"), "max_seq_len": _to("model.max_seq_len"),
     "conv_filters": lambda v, ctx: [] if v is None else _unsupported(
-        "model.conv_filters", v, "rlrun's CNN is a model of its own: model=cnn model.conv_filters=[[out, k, stride]]"),
+        "model.conv_filters", v, "rlrun's convolutional models are models of their own: model=cnn (q_cnn for DQN, "
+        "twin_q_cnn for SAC and TD3) model.conv_filters=[[out, k, stride]]"),
     "fcnet_weights_initializer": lambda v, ctx: [],
 }
 
@@ -294,14 +295,19 @@ def _replay(v: Any, ctx: Context) -> Pairs:
     return out
 
 
+# SAC's Q/policy model keys in Rays before 1.x's ModelV2 names (atari-sac.yaml, mujoco-sac.yaml): the same meaning
+SUB_MODEL_ALIASES = {"hidden_layer_sizes": "fcnet_hiddens", "hidden_activation": "fcnet_activation"}
+
+
 def _sub_model(hidden_key: str) -> Handler:
     def handle(v: Any, ctx: Context) -> Pairs:
         if not isinstance(v, Mapping):
             raise ConfigError(f"config: expected a model mapping, got {v!r}")
-        bad = [k for k in v if k not in ("fcnet_hiddens", "fcnet_activation")]
+        bad = [k for k in v if k not in ("fcnet_hiddens", "fcnet_activation", *SUB_MODEL_ALIASES)]
         if bad:
             raise ConfigError(f"config: {bad[0]} in a Q/policy model config is not supported; supported: "
-                              "fcnet_hiddens, fcnet_activation")
+                              "fcnet_hiddens (hidden_layer_sizes), fcnet_activation (hidden_activation)")
+        v = {SUB_MODEL_ALIASES.get(k, k): x for k, x in v.items()}
         out: Pairs = [(hidden_key, list(v["fcnet_hiddens"]))] if "fcnet_hiddens" in v else []
         if "fcnet_activation" in v:
             out += _choice(ACTIVATIONS, "model.activation", "fcnet_activation")(v["fcnet_activation"], ctx)

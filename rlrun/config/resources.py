@@ -59,8 +59,12 @@ def model_parameters(model: Any) -> dict[str, int]:
             out["post_hiddens"] = out.get("post_hiddens", 0) + width * h + h
             width = h
     out["heads"] = 2 * width + 2  # one action output and the value, at least
-    critics = getattr(model, "num_critics", None)  # twin_q_mlp: each critic an MLP of critic_hiddens
+    # twin_q_mlp: each critic an MLP of critic_hiddens; twin_q_cnn: those over one encoder of their own
+    critics = getattr(model, "num_critics", None)
     width = 1
+    if isinstance(critics, int) and "conv_filters" in out:
+        out["conv_filters"] *= 2
+        width = channels
     for h in getattr(model, "critic_hiddens", None) or []:
         if isinstance(h, int) and isinstance(critics, int):
             out["critic_hiddens"] = out.get("critic_hiddens", 0) + critics * (width * h + h)

@@ -59,11 +59,11 @@ class QCNNConfig(CNNConfig, QHeadConfig):
 
 def check_q_heads(c: QHeadConfig) -> str | None:
     if c.num_atoms < 1:
-        return f"model.num_atoms: must be at least 1 (1: expected Q-values; 51: C51), got {c.num_atoms}"
+        return f"num_atoms: must be at least 1 (1: expected Q-values; 51: C51), got {c.num_atoms}"
     if c.num_atoms > 1 and not c.v_min < c.v_max:
-        return f"model.v_min: must be below model.v_max, got v_min={c.v_min}, v_max={c.v_max}"
+        return f"v_min: must be below model.v_max, got v_min={c.v_min}, v_max={c.v_max}"
     if c.noisy and not c.sigma0 > 0:
-        return f"model.sigma0: must be above 0, got {c.sigma0}"
+        return f"sigma0: must be above 0, got {c.sigma0}"
     return None
 
 

@@ -49,12 +49,13 @@ class TwinQConfig(MLPConfig):
 
 
 def check_critics(c: TwinQConfig | object) -> str | None:
-    """``num_critics`` and ``critic_hiddens`` (``twin_q_mlp``'s and ``twin_q_cnn``'s)."""
+    """``num_critics`` and ``critic_hiddens`` (``twin_q_mlp``'s and ``twin_q_cnn``'s): ``key: message`` below
+    ``model``."""
     num, hiddens = getattr(c, "num_critics", 1), list(getattr(c, "critic_hiddens", []))
     if num < 1:
-        return f"model.num_critics: must be at least 1, got {num}"
+        return f"num_critics: must be at least 1, got {num}"
     if not hiddens or any(h < 1 for h in hiddens):
-        return f"model.critic_hiddens: every layer needs at least one unit, got {hiddens}"
+        return f"critic_hiddens: every layer needs at least one unit, got {hiddens}"
     return None
 
 
