@@ -321,6 +321,9 @@ CASES: dict[str, Case] = {
     "pixel critics without units": c("+experiment=sac_minigrid_empty", "model.critic_hiddens=[]",
                                      expect="rlrun: error: model.critic_hiddens: every layer needs at least one unit, "
                                             "got []"),
+    "replay of images too big": c("+experiment=dqn_breakout", "algo.replay_capacity=10000000",
+                                  expect="rlrun: error: algo.replay_capacity: 10,000,000 rows of 4x84x84 uint8 "
+                                         "observations (each row holds two) need at least 526 GiB; this machine has"),
     "no critics": c("+experiment=sac_pendulum", "model.num_critics=0",
                     expect="rlrun: error: model.num_critics: 0 must be at least 1"),
     "pixel filters shrink the image": c("+experiment=sac_minigrid_empty", "model.conv_filters=[[16,8,4]]",

@@ -265,3 +265,25 @@ def test_the_run_is_tagged_with_the_action_distribution_its_null_model_action_di
 
     cfg = compose(["tracking=none", *overrides])
     assert action_dist_tags(cfg, run_spaces(cfg)) == want
+
+
+def test_the_replay_check_sizes_rows_with_the_envs_spaces_and_sums_every_policys_buffer(monkeypatch):
+    from rlrun.app.cli import compose
+    from rlrun.config import resources
+    from rlrun.config.typed import ConfigError
+    from rlrun.policy.policy_map import run_spaces
+
+    from .test_multi_agent import MA_CARTPOLE
+
+    cfg = compose([*MA_CARTPOLE, "algo=dqn", "algo.replay_capacity=1000"])
+    single = compose(["+experiment=dqn_cartpole", "algo.replay_capacity=100000", "tracking=none"])
+    row = 2 * 4 * 4 + 8 + 8  # two 4-float observations, an int64 action, reward and discount
+    monkeypatch.setattr(resources, "machine_memory", lambda: int(2 * 1000 * row / resources.FRACTION))
+    resources.check_replay_memory(cfg, run_spaces(cfg))  # two buffers of 1,000 rows fit exactly
+    monkeypatch.setattr(resources, "machine_memory", lambda: int(2 * 1000 * row / resources.FRACTION) - 10)
+    with pytest.raises(ConfigError, match=r"^multiagent.policies.p\d.algo.replay_capacity: 1,000 rows of 4 float32 "
+                                          r"observations \(each row holds two\)"):
+        resources.check_replay_memory(cfg, run_spaces(cfg))
+    monkeypatch.setattr(resources, "machine_memory", lambda: 10**6)  # a single-agent run: its own key
+    with pytest.raises(ConfigError, match=r"^algo.replay_capacity: 100,000 rows of 4 float32"):
+        resources.check_replay_memory(single, run_spaces(single))

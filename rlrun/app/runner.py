@@ -31,6 +31,7 @@ from rlrun.app.run_record import action_dist_tags, default_run_name, run_tags
 from rlrun.app.torch_compute import flush_denormals, set_torch_compute
 from rlrun.config.multi_agent import policy_configs, policy_sections
 from rlrun.config.offline import SAMPLER
+from rlrun.config.resources import check_replay_memory
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
 from rlrun.config.typed import ConfigError, to_dict
 from rlrun.core.errors import RunInterrupted, Terminated
@@ -196,6 +197,7 @@ def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: Sweep
     cfg = set_torch_compute(_validated(raw_cfg, launch))  # the threads it runs with, recorded
     spaces = run_spaces(cfg, probe=True)  # env API mistakes, agents no policy covers: one line, before anything starts
     _check_policies(cfg, spaces)
+    check_replay_memory(cfg, spaces)  # the replay buffers, sized with the env's observations
     if cfg.offline.evaluation:  # the held-out episodes exist, have the columns, and fit the methods
         check_evaluation_data(cfg, spaces[DEFAULT_POLICY_ID][1])  # offline data: single-agent runs (config checks)
     if cfg.input != SAMPLER or cfg.offline.evaluation:  # every input file: footer, columns, spaces, rewards

@@ -4,15 +4,18 @@ the rollout workers of a private Ray instance ask for.
 
 The memory estimates are lower bounds: the observation and action sizes are not known before an env
 exists, so one float per observation is assumed. A refused config cannot run here; one that passes may
-still be too big for the machine, and then fails where it allocates.
+still be too big for the machine, and then fails where it allocates. Once the env's spaces are known (the
+run's env probed, before the MLflow run starts), ``check_replay_memory`` sizes the replay buffers with them.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from rlrun.config.typed import ConfigError
 
@@ -136,3 +139,35 @@ def _check_cpus(cfg: Any) -> None:
                           f"{r.num_cpus_per_worker:g} need {need:g} CPUs; the local Ray instance has {cpus} "
                           f"(rollout.ray.num_cpus or this machine's cores). Lower num_workers or num_cpus_per_worker "
                           "(fractions are allowed), or join a cluster with rollout.ray.address")
+
+
+def _space_bytes(space: Any) -> int:
+    shape = getattr(space, "shape", None) or (1,)
+    dtype = getattr(space, "dtype", None)
+    return int(np.prod(shape)) * (np.dtype(dtype).itemsize if dtype is not None else 4)
+
+
+def check_replay_memory(cfg: Any, spaces: Mapping[str, tuple[Any, Any]]) -> None:
+    """Refuse replay buffers this machine cannot hold, sized with the env's spaces (``spaces``: policy id ->
+    (observation, action) space): each row stores the observation twice (it and the n-step next one), the
+    action, the reward and the discount. The buffers of all learned policies together; the largest is named."""
+    from rlrun.config.multi_agent import policy_configs, policy_sections
+    from rlrun.core.metrics import DEFAULT_POLICY_ID
+
+    ram = machine_memory()
+    if ram is None:
+        return
+    needs = []
+    for pid, pc in policy_configs(cfg).items():
+        capacity = getattr(policy_sections(cfg, pid).algo, "replay_capacity", None) if pc.heuristic is None else None
+        if isinstance(capacity, int) and pid in spaces:
+            obs, act = spaces[pid]
+            row = 2 * _space_bytes(obs) + _space_bytes(act) + 8
+            needs.append((capacity * row, pid, capacity, obs))
+    if needs and sum(n[0] for n in needs) > FRACTION * ram:
+        _, pid, capacity, obs = max(needs, key=lambda n: n[0])
+        key = "algo" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}.algo"
+        shape = "x".join(str(d) for d in (getattr(obs, "shape", None) or (1,)))
+        raise ConfigError(f"{key}.replay_capacity: {capacity:,} rows of {shape} {getattr(obs, 'dtype', 'float32')} "
+                          f"observations (each row holds two) need at least {_gib(sum(n[0] for n in needs))}; "
+                          f"this machine has {_gib(ram)}")

@@ -31,11 +31,13 @@ def _import_env_package(env_id: str) -> None:
     if module is None or env_id.startswith("pettingzoo:"):
         return
     try:
-        importlib.import_module(module)
+        package = importlib.import_module(module)
     except ImportError as e:
         fix = install_hint(module)
         raise RegistryError(f"env.id: '{env_id}' needs the {module} package, which cannot be imported ({e}); "
                             f"{fix}") from None
+    if module == "ale_py":  # the emulator's banner on stderr at each env made: its warnings and errors only
+        package.ALEInterface.setLoggerMode(package.LoggerMode.Warning)
 
 
 def declared_spaces(env: Any) -> tuple[gym.Space, gym.Space] | None:
