@@ -83,6 +83,16 @@ def conv_output_hw(h: int, w: int, filters: list[list[int]]) -> tuple[int, int]:
     return h, w
 
 
+def conv_input(obs_space: gym.Space, c: CNNConfig, model: str = "cnn", instead: str = "mlp"
+               ) -> tuple[int, str, int]:
+    """(image channels, layout for ``images``, features after the convolutions flattened) of ``c`` on
+    ``obs_space``; a ConfigError naming ``model`` (and the model to use ``instead``) for observations that are no
+    images, or filters that shrink them away."""
+    channels, h, w, layout = image_layout(tuple(obs_space.shape or ()), c.channel_order, model, instead)
+    oh, ow = conv_output_hw(h, w, c.conv_filters)
+    return channels, layout, c.conv_filters[-1][0] * oh * ow
+
+
 def conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
     layers: list[nn.Module] = []
     for out, k, s in c.conv_filters:
@@ -115,10 +125,7 @@ class CNNModel(nn.Module):
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: CNNConfig) -> None:
         super().__init__()
-        shape = tuple(obs_space.shape or ())
-        channels, h, w, self.layout = image_layout(shape, config.channel_order)
-        oh, ow = conv_output_hw(h, w, config.conv_filters)
-        flat = config.conv_filters[-1][0] * oh * ow
+        channels, self.layout, flat = conv_input(obs_space, config)
         act = ACTIVATIONS[config.activation]
         sizes = [flat, *config.hiddens]
         self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, act))

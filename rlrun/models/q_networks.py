@@ -23,7 +23,7 @@ from rlrun.models.base import (
     linear_layers,
     mlp_forward,
 )
-from rlrun.models.cnn import CNNConfig, check_cnn_config, conv_output_hw, conv_torso, image_layout, images
+from rlrun.models.cnn import CNNConfig, check_cnn_config, conv_input, conv_torso, images
 from rlrun.models.noisy import NoisyLinear
 
 
@@ -141,10 +141,8 @@ class QCNNModel(QNetwork):
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: QCNNConfig) -> None:
         super().__init__()
-        channels, h, w, self.layout = image_layout(tuple(obs_space.shape or ()), config.channel_order, "q_cnn",
-                                                       "q_mlp")
-        oh, ow = conv_output_hw(h, w, config.conv_filters)
-        sizes = [config.conv_filters[-1][0] * oh * ow, *config.hiddens]
+        channels, self.layout, flat = conv_input(obs_space, config, "q_cnn", "q_mlp")
+        sizes = [flat, *config.hiddens]
         self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, ACTIVATIONS[config.activation]))
         self._build_heads(sizes[-1], num_outputs, config)
 

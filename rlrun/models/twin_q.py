@@ -112,10 +112,26 @@ class CriticStack(nn.Module):
         return [*layers, (self.out_weight[critic].T, self.out_bias[critic])]
 
 
-class ActorAndCritics(nn.Module):
+class ActorCriticGroups(nn.Module):
+    """The parameter groups SAC and TD3 give their own optimizers: the actor (``actor`` and ``head``) and the
+    critics (``critics``); TD3's target actor is the same two modules (``twin_q_mlp``, ``twin_q_cnn``)."""
+
+    actor: nn.Module
+    head: nn.Module
+    critics: nn.Module
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return [*self.actor.parameters(), *self.head.parameters()]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return list(self.critics.parameters())
+
+
+class ActorAndCritics(ActorCriticGroups):
     """What both kinds of ``twin_q_mlp`` share: an MLP actor whose head gives the action distribution's inputs,
     and a ``CriticStack`` (built by the subclass, after the actor: the draws of the initialisation in that order)."""
 
+    head: nn.Linear
     critics: CriticStack
 
     def __init__(self, obs_dim: int, num_outputs: int, config: TwinQConfig) -> None:
@@ -133,12 +149,6 @@ class ActorAndCritics(nn.Module):
         h = mlp_forward(self._layers, self._act, obs.reshape(obs.shape[0], -1).float())
         out = self.head(h)
         return ModelOutput(out, torch.zeros(out.shape[0]))
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return [*self.actor.parameters(), *self.head.parameters()]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return list(self.critics.parameters())
 
 
 class BoxActions(nn.Module):

@@ -22,8 +22,8 @@ from torch import nn
 
 from rlrun.core.registry import MODELS
 from rlrun.models.base import ACTIVATIONS, ModelOutput, _init, _mlp
-from rlrun.models.cnn import CNNConfig, check_cnn_config, conv_output_hw, conv_torso, image_layout, images
-from rlrun.models.twin_q import BoxActions, CriticStack, DiscreteActions, check_critics
+from rlrun.models.cnn import CNNConfig, check_cnn_config, conv_input, conv_torso, images
+from rlrun.models.twin_q import ActorCriticGroups, BoxActions, CriticStack, DiscreteActions, check_critics
 
 
 @dataclass
@@ -65,17 +65,14 @@ class ConvCritics(nn.Module):
         return self.stack(features, detach)
 
 
-class ConvActorAndCritics(nn.Module):
+class ConvActorAndCritics(ActorCriticGroups):
     """The actor (convolutions, an MLP, a head giving the action distribution's inputs) and ``ConvCritics``
     whose stack takes ``critic_inputs`` more inputs than the encoder's features and gives ``critic_outputs``."""
 
     def __init__(self, obs_space: gym.Space, num_outputs: int, config: TwinQCNNConfig, critic_inputs: int,
                  critic_outputs: int) -> None:
         super().__init__()
-        channels, h, w, self.layout = image_layout(tuple(obs_space.shape or ()), config.channel_order,
-                                                       "twin_q_cnn", "twin_q_mlp")
-        oh, ow = conv_output_hw(h, w, config.conv_filters)
-        flat = config.conv_filters[-1][0] * oh * ow
+        channels, self.layout, flat = conv_input(obs_space, config, "twin_q_cnn", "twin_q_mlp")
         act = ACTIVATIONS[config.activation]
         sizes = [flat, *config.hiddens]
         self.actor = nn.Sequential(conv_torso(config, channels), _mlp(sizes, act))
@@ -90,12 +87,6 @@ class ConvActorAndCritics(nn.Module):
     def forward(self, obs: torch.Tensor) -> ModelOutput:
         out = self.head(self.actor(self.images(obs)))
         return ModelOutput(out, torch.zeros(out.shape[0]))
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return [*self.actor.parameters(), *self.head.parameters()]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return list(self.critics.parameters())
 
 
 class TwinQCNNModel(ConvActorAndCritics, BoxActions):
