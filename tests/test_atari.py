@@ -58,6 +58,12 @@ def test_clip_rewards_gives_the_learner_signs_and_leaves_the_reported_returns_al
     out = p.postprocess_trajectory(fragment, np.zeros(1))
     assert out[SB.REWARDS].tolist() == [[1.0], [0.0], [-1.0]]
     assert out[SB.ADVANTAGES][:, 0] == pytest.approx([1 - 0.99**2, -0.99, -1.0], abs=1e-6)  # from the signs
+    # a number c (RLlib's clip_rewards: 1.0 in its atari-sac file): each reward clipped to [-c, c]
+    p = make_policy("pg", gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2),
+                    algo_config=AlgoConfig(name="pg", clip_rewards=2.5))
+    fragment = SB({SB.REWARDS: np.array([[4.0], [0.5], [-7.0]], np.float32), SB.TERMINATEDS: zeros,
+                   SB.TRUNCATEDS: zeros})
+    assert p.postprocess_trajectory(fragment, np.zeros(1))[SB.REWARDS].tolist() == [[2.5], [0.5], [-2.5]]
 
 
 @pytest.mark.slow

@@ -328,6 +328,15 @@ CASES: dict[str, Case] = {
                     expect="rlrun: error: model.num_critics: 0 must be at least 1"),
     "pixel filters shrink the image": c("+experiment=sac_minigrid_empty", "model.conv_filters=[[16,8,4]]",
                                         expect="model.conv_filters: [[16, 8, 4]] shrink the 7x7 image below 1x1"),
+    "conv padding unknown": c("+experiment=ppo_minigrid_empty", "model.conv_padding=full",
+                              expect="rlrun: error: model.conv_padding: 'full' is not one of"),
+    "filters shrink the image before the last": c("+experiment=ppo_minigrid_empty", "model.conv_padding=same_but_last",
+                                                  "model.conv_filters=[[8,3,2],[8,5,1]]",
+                                                  expect="model.conv_filters: [[8, 3, 2], [8, 5, 1]] shrink the 4x4 "
+                                                         "image below 1x1 at layer 1 (kernel 5, stride 1, padding "
+                                                         "valid)"),
+    "reward clip below zero": c(PPO, "algo.clip_rewards=-1",
+                                expect="rlrun: error: algo.clip_rewards: -1.0 must be true, false or a positive bound"),
     "categorical on a box": c("+experiment=ppo_pendulum", "model.action_dist=categorical",
                               expect="model.action_dist: 'categorical' cannot act in the env's action space Box("),
     "loss not scalar": c("algo=pg", "loss=custom", "loss.name=per_row", "plugins=[user_code]",

@@ -91,3 +91,24 @@ def test_ppo_minigrid_empty_reaches_0_85_within_200k_steps_and_rlrun_eval_render
     m = re.search(r"sampled-action return over 10 episodes: mean ([\d.]+)", p.stdout)
     assert m and float(m[1]) >= 0.8, p.stdout
     assert "episode.gif" in p.stdout, p.stdout
+
+
+def test_same_padding_is_tensorflows_and_rllibs_vision_net_ends_1x1_with_its_parameter_count():
+    from rlrun.models.cnn import conv_plan
+
+    # TF's "same": each layer's output ceil(size / stride), the odd zero after (RLlib's same_padding)
+    assert conv_plan(84, 84, [[16, 8, 4], [32, 4, 2]], "same") == ((11, 11), [(2, 2, 2, 2), (1, 2, 1, 2)])
+    assert conv_plan(7, 9, [[8, 3, 2]], "same") == ((4, 5), [(1, 1, 1, 1)])
+    assert conv_plan(84, 84, [[16, 8, 4]], "valid") == ((20, 20), [(0, 0, 0, 0)])
+    rllib = [[16, 8, 4], [32, 4, 2], [256, 11, 1]]  # RLlib's default filters for 84x84 frames
+    assert conv_plan(84, 84, rllib, "same_but_last")[0] == (1, 1)
+    assert conv_plan(42, 42, [[16, 4, 2], [32, 4, 2], [256, 11, 1]], "same_but_last")[0] == (1, 1)
+    with pytest.raises(ConfigError, match="shrink the 9x9 image below 1x1 at layer 2 .*padding valid"):
+        conv_plan(84, 84, rllib, "valid")  # without RLlib's padding its filters do not fit
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # a DeepMind frame stack
+    m = CNNModel(space, gym.spaces.Discrete(4), 4, CNNConfig(conv_filters=rllib, conv_padding="same_but_last",
+                                                              hiddens=[]))
+    out = m(torch.as_tensor(np.stack([space.sample() for _ in range(2)])))
+    assert out.dist_inputs.shape == (2, 4) and out.values.shape == (2,)
+    # RLlib's VisionNet (vf_share_layers): 1,003,824 in the convolutions, 1,028 logits, 257 value
+    assert sum(p.numel() for p in m.parameters()) == 1_003_824 + 1_028 + 257

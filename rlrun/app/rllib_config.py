@@ -31,54 +31,6 @@ ALGOS: dict[str, tuple[str, ...]] = {
 }
 OFF_POLICY = ("DQN", "SAC", "TD3", "DDPG")
 
-# RLlib's classic defaults (Ray 2.2-2.9, resolved from its AlgorithmConfig classes; RLlib key -> value),
-# common then per run
-RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
-    "common": {"gamma": 0.99, "lr": 0.001, "train_batch_size": 32, "num_workers": 0, "num_envs_per_worker": 1,
-               "rollout_fragment_length": 200, "grad_clip": None, "observation_filter": "NoFilter",
-               "model": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh", "vf_share_layers": True,
-                         "free_log_std": False}},
-    "PG": {"lr": 0.0004, "rollout_fragment_length": "auto", "train_batch_size": 200, "num_workers": 0},
-    "A2C": {"lr": 0.0001, "grad_clip": 40.0, "lambda": 1.0, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01,
-            "rollout_fragment_length": "auto", "num_workers": 2},
-    "PPO": {"lr": 5e-5, "train_batch_size": 4000, "sgd_minibatch_size": 128, "num_sgd_iter": 30, "lambda": 1.0,
-            "kl_coeff": 0.2, "kl_target": 0.01, "vf_loss_coeff": 1.0, "entropy_coeff": 0.0, "clip_param": 0.3,
-            "vf_clip_param": 10.0, "rollout_fragment_length": "auto", "num_workers": 2,
-            "model": {"vf_share_layers": False}},
-    "APPO": {"lr": 0.0005, "train_batch_size": 500, "rollout_fragment_length": 50, "num_sgd_iter": 1,
-             "lambda": 1.0, "clip_param": 0.4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01, "grad_clip": 40.0,
-             "num_workers": 2, "vtrace": True},
-    "DQN": {"lr": 0.0005, "train_batch_size": 32, "rollout_fragment_length": "auto", "n_step": 1, "double_q": True,
-            "dueling": True, "hiddens": [256], "target_network_update_freq": 500, "grad_clip": 40.0,
-            "num_steps_sampled_before_learning_starts": 1000, "min_sample_timesteps_per_iteration": 1000,
-            "replay_buffer_config": {"type": "MultiAgentPrioritizedReplayBuffer", "capacity": 50000,
-                                     "prioritized_replay_alpha": 0.6, "prioritized_replay_beta": 0.4,
-                                     "prioritized_replay_eps": 1e-6},
-            "exploration_config": {"initial_epsilon": 1.0, "final_epsilon": 0.02, "epsilon_timesteps": 10000}},
-    "SAC": {"train_batch_size": 256, "rollout_fragment_length": "auto", "tau": 0.005, "initial_alpha": 1.0,
-            "n_step": 1, "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 100,
-            "replay_buffer_config": {"capacity": 1000000},
-            "optimization": {"actor_learning_rate": 0.0003, "critic_learning_rate": 0.0003,
-                             "entropy_learning_rate": 0.0003},
-            "q_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"},
-            "policy_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}},
-    "TD3": {"train_batch_size": 100, "twin_q": True, "smooth_target_policy": True,
-            "actor_hidden_activation": "relu", "rollout_fragment_length": "auto", "tau": 0.005, "actor_lr": 0.001,
-            "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300], "policy_delay": 2,
-            "target_noise": 0.2, "target_noise_clip": 0.5, "num_steps_sampled_before_learning_starts": 10000,
-            "min_sample_timesteps_per_iteration": 1000, "replay_buffer_config": {"capacity": 1000000},
-            "exploration_config": {"random_timesteps": 10000, "stddev": 0.1}},
-    "DDPG": {"train_batch_size": 256, "twin_q": False, "smooth_target_policy": False, "policy_delay": 1,
-             "actor_hidden_activation": "relu", "rollout_fragment_length": "auto", "tau": 0.002, "actor_lr": 0.001,
-             "critic_lr": 0.001, "actor_hiddens": [400, 300], "critic_hiddens": [400, 300],
-             "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 1000,
-             "replay_buffer_config": {"capacity": 50000}, "l2_reg": 1e-6, "use_huber": False,
-             "exploration_config": {"type": "OrnsteinUhlenbeckNoise", "random_timesteps": 1000, "ou_base_scale": 0.1,
-                                    "ou_theta": 0.15, "ou_sigma": 0.2}},
-    "BC": {"lr": 0.0001, "train_batch_size": 2000, "beta": 0.0},
-    "MARWIL": {"lr": 0.0001, "train_batch_size": 2000, "beta": 1.0, "vf_coeff": 1.0},
-}
-RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10}
 
 # RLlib's names (newest first) for the CPUs of the process that learns: under Ray Tune each trial's own
 # share (``RLrunTrainable.default_resource_request``); outside Tune they mean nothing (listed as ignored)
@@ -103,7 +55,7 @@ def check_cpus(key: str, value: Any, upper: float = math.inf, what: str = "a num
 IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", *WORKER_CPU_KEYS,
            "num_gpus_per_worker", "tf_session_args", "local_tf_session_args", "min_sample_timesteps_per_reporting",
            "min_time_s_per_iteration", "min_time_s_per_reporting", "timesteps_per_iteration", "soft_horizon",
-           "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus", "preprocessor_pref",
+           "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus",
            "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused", *DRIVER_CPU_KEYS}
 
 ENV_SUCCESSORS = {"CartPole-v0": "CartPole-v1", "Pendulum-v0": "Pendulum-v1", "MountainCar-v0": "MountainCar-v0",
@@ -146,6 +98,8 @@ def fmt(value: Any) -> str:
             value, ensure_ascii=False)
     if isinstance(value, Mapping):  # Hydra's dict keys are unquoted
         return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(fmt(v) for v in value) + "]"
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -155,6 +109,13 @@ def env_id(name: Any, notes: list[str], key: str = "env") -> str:
         raise ConfigError(f"{key}: expected a gymnasium env id such as CartPole-v1, got {name!r}")
     import gymnasium as gym
 
+    from rlrun.core.registry import RegistryError
+    from rlrun.envs.make import import_env_package
+
+    try:
+        import_env_package(name)  # ale-py's Atari ids, MiniGrid's, ...
+    except RegistryError as e:
+        raise ConfigError(f"{key}: {str(e).removeprefix('env.id: ')}") from None
     if name in gym.registry:
         return name
     if name in ENV_SUCCESSORS and ENV_SUCCESSORS[name] in gym.registry:
@@ -174,6 +135,7 @@ class Context:
     env: str  # the gymnasium id
     notes: list[str]
     ignored: list[str] = field(default_factory=list)  # nested keys accepted without use (listed once)
+    images: bool = False  # an Atari env's frames: RLlib's vision net, rlrun's convolutional models
 
 
 def _to(key: str, convert: Callable[[Any], Any] = lambda v: v) -> Handler:
@@ -204,17 +166,38 @@ def _use_lstm(v: Any, ctx: Context) -> Pairs:
     return [("__model_group__", "lstm")] if v else []
 
 
+def _vector(handler: Handler) -> Handler:
+    """A key of RLlib's fully connected net: unused on images (its vision net takes them)."""
+    return lambda v, ctx: [] if ctx.images else handler(v, ctx)
+
+
+def _vision(handler: Handler, runs: tuple[str, ...] = tuple(ALGOS)) -> Handler:
+    """A key of RLlib's vision net: used on images (by ``runs``' models), unused otherwise."""
+    return lambda v, ctx: handler(v, ctx) if ctx.images and ctx.run in runs else []
+
+
+def _conv_filters(v: Any, ctx: Context) -> Pairs:
+    if v is None or ctx.images:  # on images: read with RLlib's padding and defaults (rllib_images.atari_pairs)
+        return []
+    return _unsupported("model.conv_filters", v, "rlrun-rllib gives convolutions to Atari envs' frames; on other "
+                        "envs use rlrun's model=cnn (q_cnn for DQN, twin_q_cnn for SAC and TD3) model.conv_filters")
+
+
+ON_POLICY = tuple(r for r in ALGOS if r not in OFF_POLICY)
 MODEL_KEYS: dict[str, Handler] = {
-    "fcnet_hiddens": lambda v, ctx: [("model.hiddens", list(v))] if ctx.run not in ("SAC", "TD3", "DDPG",
-                                                                                     "DQN") else [],
-    "fcnet_activation": lambda v, ctx: [] if ctx.run in ("DQN", "SAC", "TD3", "DDPG") else _choice(
-        ACTIVATIONS, "model.activation", "model.fcnet_activation")(v, ctx),
+    "fcnet_hiddens": _vector(lambda v, ctx: [("model.hiddens", list(v))] if ctx.run in ON_POLICY else []),
+    "fcnet_activation": _vector(lambda v, ctx: [] if ctx.run in OFF_POLICY else _choice(
+        ACTIVATIONS, "model.activation", "model.fcnet_activation")(v, ctx)),
     "vf_share_layers": _to("model.vf_share_layers"), "free_log_std": _to("model.free_log_std"),
     "use_lstm": _use_lstm, "lstm_cell_size": _to("model.cell_size"), "max_seq_len": _to("model.max_seq_len"),
-    "conv_filters": lambda v, ctx: [] if v is None else _unsupported(
-        "model.conv_filters", v, "rlrun's convolutional models are models of their own: model=cnn (q_cnn for DQN, "
-        "twin_q_cnn for SAC and TD3) model.conv_filters=[[out, k, stride]]"),
-    "fcnet_weights_initializer": lambda v, ctx: [],
+    "conv_filters": _conv_filters, "conv_activation": _vision(_choice(ACTIVATIONS, "model.conv_activation",
+                                                                      "model.conv_activation")),
+    "post_fcnet_hiddens": _vision(lambda v, ctx: [("model.hiddens", list(v))], ON_POLICY),
+    "post_fcnet_activation": _vision(_choice(ACTIVATIONS, "model.activation", "model.post_fcnet_activation"),
+                                     ON_POLICY),
+    # the DeepMind preprocessing's frame size and stacking: read in rllib_images.atari_pairs
+    "dim": lambda v, ctx: [], "framestack": lambda v, ctx: [], "grayscale": lambda v, ctx: [],
+    "zero_mean": lambda v, ctx: [], "fcnet_weights_initializer": lambda v, ctx: [],
 }
 
 
@@ -285,6 +268,8 @@ def _replay(v: Any, ctx: Context) -> Pairs:
                   "prioritized_replay_eps": "algo.prioritized_replay_eps"}.get(k)
         if target and (ctx.run == "DQN" or "prioritized" not in target):
             out.append((target, x))
+        elif target:  # a prioritized buffer's settings where rlrun replays uniformly (said above)
+            ctx.ignored.append(f"replay_buffer_config.{k}")
         elif k == "type":
             pass  # read above
         elif k in IGNORED:
@@ -341,7 +326,8 @@ def _horizon(v: Any, ctx: Context) -> Pairs:
 
 KEYS: dict[str, Handler] = {
     "env": lambda v, ctx: [], "seed": _to("seed"), "gamma": _to("algo.gamma"), "lr": _to("algo.lr"),
-    "lr_schedule": _to("algo.lr_schedule"), "grad_clip": _to("algo.grad_clip"), "lambda": _lambda,
+    "lr_schedule": _to("algo.lr_schedule"), "adam_epsilon": _to("algo.adam_eps"), "grad_clip": _to("algo.grad_clip"),
+    "lambda": _lambda,
     "num_workers": lambda v, ctx: [], "num_env_runners": lambda v, ctx: [], "num_envs_per_worker": lambda v, ctx: [],
     "num_envs_per_env_runner": lambda v, ctx: [], "rollout_fragment_length": lambda v, ctx: [],
     "train_batch_size": lambda v, ctx: [], "min_sample_timesteps_per_iteration": lambda v, ctx: [],
@@ -360,8 +346,8 @@ KEYS: dict[str, Handler] = {
     "use_critic": lambda v, ctx: [] if v else _unsupported("use_critic", v, "rlrun's actor-critics always learn V"),
     "vtrace": lambda v, ctx: [] if v or ctx.run != "APPO" else _note(
         ctx, "vtrace: false - rlrun's APPO always corrects its off-policy fragments with V-trace"),
-    "model": _model, "clip_rewards": _to("algo.clip_rewards"), "beta": _per_run({"MARWIL": "algo.beta",
-                                                                                 "BC": "algo.beta"}),
+    "model": _model, "clip_rewards": lambda v, ctx: [] if v is None else [("algo.clip_rewards", v)],
+    "beta": _per_run({"MARWIL": "algo.beta", "BC": "algo.beta"}),
     "n_step": _to("algo.n_step"), "double_q": _to("algo.double_q"), "dueling": _to("model.dueling"),
     "hiddens": lambda v, ctx: [], "num_atoms": _to("model.num_atoms"), "v_min": _to("model.v_min"),
     "v_max": _to("model.v_max"), "noisy": _to("model.noisy"), "sigma0": _to("model.sigma0"),
@@ -390,4 +376,7 @@ KEYS: dict[str, Handler] = {
     "evaluation_duration": _to("evaluation.num_episodes"), "evaluation_num_workers": lambda v, ctx: [],
     "evaluation_num_env_runners": lambda v, ctx: [], "evaluation_config": lambda v, ctx: [],
     "input": lambda v, ctx: [] if v == "sampler" else [("input", v)], "output": _to("output"),
+    "env_config": lambda v, ctx: [("env.kwargs", dict(v))] if isinstance(v, Mapping) else _unsupported(
+        "env_config", v, "expected a mapping of the env's keyword arguments"),
+    "preprocessor_pref": lambda v, ctx: [],  # read in rllib_images.atari_pairs (Atari envs)
 }

@@ -17,7 +17,6 @@ from rlrun.app.rllib_config import (
     IGNORED,
     KEYS,
     OFF_POLICY,
-    RLLIB_DEFAULTS,
     STOP_KEYS,
     WORKER_CPU_KEYS,
     Context,
@@ -26,6 +25,8 @@ from rlrun.app.rllib_config import (
     env_id,
     fmt,
 )
+from rlrun.app.rllib_defaults import RLLIB_DEFAULTS, VISION_DEFAULTS
+from rlrun.app.rllib_images import CONV_MODELS, atari_images, atari_pairs
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import suggest
 
@@ -73,19 +74,46 @@ def _grid(config: Mapping[str, Any], prefix: str = "") -> dict[str, list[Any]]:
 
 
 def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
-    """One RLlib experiment -> rlrun overrides (RLlib's defaults for the keys it leaves unset)."""
+    """One RLlib experiment -> rlrun overrides (RLlib's defaults for the keys it leaves unset). An
+    ``env: {grid_search: [...]}`` is a sweep over ``env.id`` where every env translates alike."""
+    user = spec.get("config") or {}
+    if not isinstance(user, Mapping):
+        raise ConfigError(f"{name}.config: expected a mapping of RLlib config keys, got {user!r}")
+    env = user.get("env", spec.get("env"))
+    if not (isinstance(env, Mapping) and "grid_search" in env):
+        return _translate(spec, name, user, env)
+    envs = env["grid_search"]
+    if not isinstance(envs, list) or not envs:
+        raise ConfigError(f"{name}.env.grid_search: expected a list of env ids, got {envs!r}")
+    each = [_translate(spec, name, {k: v for k, v in user.items() if k != "env"}, e) for e in envs]
+    first = each[0]
+    rest = [[o for o in tr.overrides if not o.startswith("env.id=")] for tr in each]
+    for e, tr, other in zip(envs[1:], each[1:], rest[1:], strict=True):
+        if other != rest[0]:
+            a, b = next(((x, y) for x, y in zip(rest[0], other, strict=False) if x != y), (rest[0], other))
+            raise ConfigError(f"{name}.env.grid_search: {envs[0]} and {e} need different rlrun settings ({a} against "
+                              f"{b}); give each an experiment of its own")
+        first.notes += [n for n in tr.notes if n not in first.notes]
+    ids = ",".join(next(o for o in tr.overrides if o.startswith("env.id="))[7:] for tr in each)
+    first.sweep_params = {"env.id": ids, **first.sweep_params}
+    first.overrides = [f"env.id={ids}" if o.startswith("env.id=") else o for o in first.overrides]
+    first.sweep = True
+    return first
+
+
+def _translate(spec: Mapping[str, Any], name: str, user: Mapping[str, Any], env_name: Any) -> Translation:
+    """``translate`` for one env."""
     tr = Translation()
     run = spec.get("run")
     if run not in ALGOS:
         raise ConfigError(f"{name}.run: {run!r} is not an algorithm rlrun has{suggest(str(run), list(ALGOS))}; "
                           f"rlrun has: {', '.join(ALGOS)}")
-    user = spec.get("config") or {}
-    if not isinstance(user, Mapping):
-        raise ConfigError(f"{name}.config: expected a mapping of RLlib config keys, got {user!r}")
     grid = _grid(user)
-    config = _merge(_merge(RLLIB_DEFAULTS["common"], RLLIB_DEFAULTS[run]), user)
-    env = env_id(user.get("env", spec.get("env")), tr.notes, f"{name}.env")
-    ctx = Context(run, env, tr.notes, tr.ignored)
+    env = env_id(env_name, tr.notes, f"{name}.env")
+    images = atari_images(env, user.get("env_config") or {})
+    config = _merge(_merge(_merge(RLLIB_DEFAULTS["common"], RLLIB_DEFAULTS[run]),
+                           {"model": VISION_DEFAULTS} if images else {}), user)
+    ctx = Context(run, env, tr.notes, tr.ignored, images)
     groups = list(ALGOS[run])
     pairs: list[tuple[str, Any]] = [("env.id", env), ("tracking.experiment_name", name)]
     for key, value in config.items():
@@ -103,22 +131,37 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
         pairs.append(("algo.target_noise", config.get("target_noise", 0.2) if smooth else 0.0))
     if not config.get("use_huber"):  # RLlib's huber_threshold means nothing without use_huber
         pairs = [p for p in pairs if p[0] != "loss.huber_delta"]
-    if run == "DQN":  # RLlib's Q-net: the fcnet torso, then `hiddens` (relu) before the Q heads
+    if run == "DQN":  # RLlib's Q-net: the fcnet torso (or vision net), then `hiddens` (relu) before the Q heads
         model = config.get("model") or {}
-        pairs += [("model.hiddens", [*model.get("fcnet_hiddens", []), *config.get("hiddens", [])]),
-                  ("model.activation", "relu")]
-        if model.get("fcnet_activation", "relu") != "relu":
+        torso = [] if ctx.images else model.get("fcnet_hiddens", [])
+        pairs += [("model.hiddens", [*torso, *config.get("hiddens", [])]), ("model.activation", "relu")]
+        if model.get("fcnet_activation", "relu") != "relu" and not ctx.images:
             tr.notes.append(f"DQN's torso activation {model['fcnet_activation']!r} is relu in rlrun's Q-net (one "
                             "activation for all its layers)")
+    if ctx.images:
+        if ("__model_group__", "lstm") in pairs:
+            raise ConfigError(f"{name}.config.model.use_lstm: not supported on Atari frames (rlrun's lstm model "
+                              "takes vectors)")
+        pairs += atari_pairs(env, config, user, tr.notes)
+        groups = [CONV_MODELS.get(g, g) for g in groups]
     if ("__model_group__", "lstm") in pairs:
         groups = [g for g in groups if not g.startswith("model=")] + ["model=lstm"]
     pairs = [p for p in pairs if p[0] != "__model_group__"]
     pairs += _sampling(config, run, user, tr)
-    tr.overrides = [*groups, *(f"{k}={fmt(v)}" for k, v in pairs if v is not None or k.startswith(("algo.", "model."))),
+    tr.overrides = [*groups, *(f"{'++' if isinstance(v, Mapping) else ''}{k}={fmt(v)}" for k, v in pairs  # a mapping
+                               if v is not None or k.startswith(("algo.", "model."))),  # replaces the whole node
                     *_stop(spec.get("stop") or {}, name, tr.notes)]
     tr.overrides = last_wins(tr.overrides)
-    for key, values in grid.items():  # each value translated as the key's own would be
+    _sweep(tr, grid, ctx, name)
+    return tr
+
+
+def _sweep(tr: Translation, grid: Mapping[str, list[Any]], ctx: Context, name: str) -> None:
+    """The file's ``grid_search`` keys as a Hydra sweep of ``tr``, each value translated as the key's own would be."""
+    for key, values in grid.items():
         top, *rest = key.split(".")
+        if top in IGNORED:  # framework: {grid_search: [tf, torch]}: one run (listed as ignored)
+            continue
         each = [KEYS[top](_nest(rest, v), ctx) if top in KEYS else [] for v in values]
         targets = {p[0] for pairs_v in each for p in pairs_v}
         if len(targets) != 1 or any(len(p) != 1 for p in each):
@@ -128,7 +171,6 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
         tr.sweep_params[target] = ",".join(fmt(p[0][1]) for p in each)
         tr.overrides.append(f"{target}={tr.sweep_params[target]}")
         tr.sweep = True
-    return tr
 
 
 def last_wins(overrides: list[str]) -> list[str]:

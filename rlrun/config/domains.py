@@ -93,6 +93,7 @@ DOMAINS: dict[str, Rule] = {
     "broadcast_interval": at_least(1), "tau": unit_interval, "critic_lr": positive, "alpha_lr": positive,
     "initial_alpha": positive, "alpha": positive, "policy_delay": at_least(1), "target_noise": non_negative,
     "target_noise_clip": non_negative, "exploration_noise": non_negative,
+    "clip_rewards": lambda v: None if isinstance(v, bool) or v > 0 else "must be true, false or a positive bound",
     # losses
     "clip_param": positive, "vf_clip_param": positive, "vf_coeff": non_negative, "entropy_coeff": non_negative,
     "kl_coeff": non_negative, "kl_target": positive, "huber_delta": non_negative,

@@ -36,7 +36,9 @@ class AlgoConfig:
     grad_clip: float | None = 0.5  # global L2 norm; None: no clipping
     adam_eps: float = 1e-5  # eps of rlrun's Adam (optimizer.name: adam)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    clip_rewards: bool = False  # learn from each reward's sign (RLlib's clip_rewards, Atari); returns stay the env's
+    # true: learn from each reward's sign (Atari); a number c: from each reward clipped to [-c, c] (RLlib's
+    # clip_rewards both ways); the episode returns reported stay the env's
+    clip_rewards: bool | float = False
 
 
 @dataclass

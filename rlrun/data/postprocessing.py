@@ -269,3 +269,8 @@ def postprocess_episodes(policy: Any, rows: SB) -> SB:
             dict.__setitem__(flat, k, col[:, 0])
         out.append(flat)
     return out[0] if len(out) == 1 else concat_samples(out)
+
+
+def clip_rewards(rewards: np.ndarray, clip: bool | float) -> np.ndarray:
+    """``algo.clip_rewards``: each reward's sign (true) or the reward clipped to [-clip, clip] (a number)."""
+    return (np.sign(rewards) if clip is True else np.clip(rewards, -clip, clip)).astype(np.float32)

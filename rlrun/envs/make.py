@@ -8,6 +8,7 @@ SyncVectorEnv). Vector envs must use gymnasium's default next-step autoreset; se
 from __future__ import annotations
 
 import importlib
+import re
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -22,13 +23,25 @@ from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrapp
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
 ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid", "ALE/": "ale_py"}
+# ale-py's ids of the gym era (BreakoutNoFrameskip-v4, PongDeterministic-v4, Pong-ram-v0: RLlib's tuned files)
+LEGACY_ATARI = re.compile(r"[A-Z][A-Za-z]*(-ram)?(NoFrameskip|Deterministic|(?<=-ram))-v[04]")
 
 
-def _import_env_package(env_id: str) -> None:
-    """``module:EnvId`` (gymnasium's own syntax) or a known prefix: import the package that registers it."""
-    module = env_id.split(":", 1)[0] if ":" in env_id else \
-        next((m for prefix, m in ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
-    if module is None or env_id.startswith("pettingzoo:"):
+def env_package(env_id: str) -> str | None:
+    """The package that registers ``env_id`` when imported: ``module:EnvId`` (gymnasium's own syntax), a
+    known prefix, or ale-py for the gym era's Atari ids."""
+    if ":" in env_id:
+        return None if env_id.startswith("pettingzoo:") else env_id.split(":", 1)[0]
+    module = next((m for prefix, m in ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
+    if module is None and LEGACY_ATARI.fullmatch(env_id):
+        return "ale_py"
+    return module
+
+
+def import_env_package(env_id: str) -> None:
+    """Import the package that registers ``env_id`` (``env_package``), if any; RegistryError when it is missing."""
+    module = env_package(env_id)
+    if module is None:
         return
     try:
         package = importlib.import_module(module)
@@ -106,7 +119,7 @@ def check_env_id(env_id: str) -> None:
     """Fail with known names if ``env_id`` is neither registered with rlrun nor with gymnasium."""
     if env_id in ENVS or env_id.startswith("pettingzoo:"):
         return
-    _import_env_package(env_id)
+    import_env_package(env_id)
     if env_id in gym.registry or (":" in env_id and env_id.split(":", 1)[1] in gym.registry):
         return
     gym_ids = sorted(gym.registry)

@@ -1,6 +1,8 @@
 """``model: cnn``: convolutions over image observations, then an MLP head (policy and value).
 
-``conv_filters`` is RLlib's ``[[out_channels, kernel, stride], ...]`` with no padding. Image layouts:
+``conv_filters`` is RLlib's ``[[out_channels, kernel, stride], ...]``; ``conv_padding`` is ``valid`` (none),
+``same`` (TensorFlow's: each layer's output ceil(size / stride), zeros split as TF does, the odd one after)
+or ``same_but_last`` (RLlib's vision net: same on every layer but the last). Image layouts:
 ``[H, W, C]`` (gymnasium, MiniGrid, Atari after resizing) or ``[C, H, W]`` (``channel_order: auto``
 picks by which end of the shape is smaller), ``[H, W]`` (one channel), and frame stacks
 ``[S, H, W, C]`` (the ``frame_stack`` wrapper), whose S frames become S x C channels. uint8
@@ -14,7 +16,7 @@ CPU oneDNN's kernels for that layout train the Nature CNN on 256 84x84x4 frames 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -30,8 +32,10 @@ from rlrun.models.base import ACTIVATIONS, ModelConfig, ModelOutput, _init, _mlp
 @dataclass
 class CNNConfig(ModelConfig):
     name: str = "cnn"
-    # [[out_channels, kernel, stride], ...], no padding; the default suits small images (MiniGrid's 7x7)
+    # [[out_channels, kernel, stride], ...]; the default suits small images (MiniGrid's 7x7)
     conv_filters: list[list[int]] = field(default_factory=lambda: [[16, 2, 1], [32, 2, 1], [64, 2, 1]])
+    # valid: no padding; same: TF's "same" on every layer; same_but_last: RLlib's vision net (the last layer valid)
+    conv_padding: Literal["valid", "same", "same_but_last"] = "valid"
     conv_activation: str = "relu"
     hiddens: list[int] = field(default_factory=lambda: [64])  # MLP after the flattened convolutions
     activation: str = "relu"
@@ -71,36 +75,60 @@ def image_layout(shape: tuple[int, ...], order: str, model: str = "cnn", instead
     return (shape[2], shape[0], shape[1], "hwc") if order == "hwc" else (shape[0], shape[1], shape[2], "chw")
 
 
-def conv_output_hw(h: int, w: int, filters: list[list[int]]) -> tuple[int, int]:
-    """The image size after ``filters`` (no padding); ConfigError when a layer shrinks it below 1x1."""
+def _same_pad(size: int, k: int, s: int) -> tuple[int, int]:
+    """TensorFlow's "same" padding of one axis (before, after): the output is ceil(size / s)."""
+    total = max((-(-size // s) - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def conv_plan(h: int, w: int, filters: list[list[int]], padding: str = "valid"
+              ) -> tuple[tuple[int, int], list[tuple[int, int, int, int]]]:
+    """The image size after ``filters`` and each layer's zero padding (left, right, top, bottom) under
+    ``padding`` (``conv_padding``); ConfigError when a layer shrinks the image below 1x1."""
+    pads: list[tuple[int, int, int, int]] = []
     for i, (_, k, s) in enumerate(filters):
-        nh, nw = (h - k) // s + 1, (w - k) // s + 1
+        same = padding == "same" or (padding == "same_but_last" and i < len(filters) - 1)
+        (top, bottom), (left, right) = (_same_pad(h, k, s), _same_pad(w, k, s)) if same else ((0, 0), (0, 0))
+        nh, nw = (h + top + bottom - k) // s + 1, (w + left + right - k) // s + 1
         if nh < 1 or nw < 1:
             raise ConfigError(f"model.conv_filters: {filters} shrink the {h}x{w} image below 1x1 at layer {i} "
-                              f"(kernel {k}, stride {s}); use smaller kernels or strides, fewer layers, or the "
-                              "resize_observation wrapper")
+                              f"(kernel {k}, stride {s}, padding {'same' if same else 'valid'}); use smaller kernels "
+                              "or strides, fewer layers, or the resize_observation wrapper")
+        pads.append((left, right, top, bottom))
         h, w = nh, nw
-    return h, w
+    return (h, w), pads
 
 
-def conv_input(obs_space: gym.Space, c: CNNConfig, model: str = "cnn", instead: str = "mlp"
-               ) -> tuple[int, str, int]:
-    """(image channels, layout for ``images``, features after the convolutions flattened) of ``c`` on
-    ``obs_space``; a ConfigError naming ``model`` (and the model to use ``instead``) for observations that are no
-    images, or filters that shrink them away."""
+def conv_output_hw(h: int, w: int, filters: list[list[int]], padding: str = "valid") -> tuple[int, int]:
+    """The image size after ``filters``; ConfigError when a layer shrinks it below 1x1."""
+    return conv_plan(h, w, filters, padding)[0]
+
+
+class ConvInput(NamedTuple):
+    channels: int  # of the images fed to the first layer
+    layout: str  # for ``images``
+    flat: int  # features after the convolutions, flattened
+    pads: list[tuple[int, int, int, int]]  # each layer's zero padding (left, right, top, bottom)
+
+
+def conv_input(obs_space: gym.Space, c: CNNConfig, model: str = "cnn", instead: str = "mlp") -> ConvInput:
+    """What ``c``'s convolutions take and give on ``obs_space``; a ConfigError naming ``model`` (and the
+    model to use ``instead``) for observations that are no images, or filters that shrink them away."""
     channels, h, w, layout = image_layout(tuple(obs_space.shape or ()), c.channel_order, model, instead)
-    oh, ow = conv_output_hw(h, w, c.conv_filters)
-    return channels, layout, c.conv_filters[-1][0] * oh * ow
+    (oh, ow), pads = conv_plan(h, w, c.conv_filters, c.conv_padding)
+    return ConvInput(channels, layout, c.conv_filters[-1][0] * oh * ow, pads)
 
 
-def conv_torso(c: CNNConfig, channels: int) -> nn.Sequential:
+def conv_torso(c: CNNConfig, conv: ConvInput) -> nn.Sequential:
+    """``c``'s convolutions (each after its zero padding, if any) and activations, then a flatten."""
     layers: list[nn.Module] = []
-    for out, k, s in c.conv_filters:
-        conv = nn.Conv2d(channels, out, k, s)
-        nn.init.orthogonal_(conv.weight, np.sqrt(2))
-        nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
-        conv.weight.data = conv.weight.data.contiguous(memory_format=torch.channels_last)
-        layers += [conv, ACTIVATIONS[c.conv_activation]()]
+    channels = conv.channels
+    for (out, k, s), pad in zip(c.conv_filters, conv.pads, strict=True):
+        layer = nn.Conv2d(channels, out, k, s)
+        nn.init.orthogonal_(layer.weight, np.sqrt(2))
+        nn.init.zeros_(layer.bias)  # type: ignore[arg-type]  # Conv2d has a bias unless bias=False
+        layer.weight.data = layer.weight.data.contiguous(memory_format=torch.channels_last)
+        layers += [*([nn.ZeroPad2d(pad)] if any(pad) else []), layer, ACTIVATIONS[c.conv_activation]()]
         channels = out
     return nn.Sequential(*layers, nn.Flatten())
 
@@ -125,11 +153,12 @@ class CNNModel(nn.Module):
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: CNNConfig) -> None:
         super().__init__()
-        channels, self.layout, flat = conv_input(obs_space, config)
+        conv = conv_input(obs_space, config)
+        self.layout, flat = conv.layout, conv.flat
         act = ACTIVATIONS[config.activation]
         sizes = [flat, *config.hiddens]
-        self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, act))
-        self.vf_torso = None if config.vf_share_layers else nn.Sequential(conv_torso(config, channels),
+        self.torso = nn.Sequential(conv_torso(config, conv), _mlp(sizes, act))
+        self.vf_torso = None if config.vf_share_layers else nn.Sequential(conv_torso(config, conv),
                                                                            _mlp(sizes, act))
         self.free_log_std = config.free_log_std and isinstance(action_space, gym.spaces.Box)
         head_out = num_outputs // 2 if self.free_log_std else num_outputs

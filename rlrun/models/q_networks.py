@@ -141,9 +141,10 @@ class QCNNModel(QNetwork):
 
     def __init__(self, obs_space: gym.Space, action_space: gym.Space, num_outputs: int, config: QCNNConfig) -> None:
         super().__init__()
-        channels, self.layout, flat = conv_input(obs_space, config, "q_cnn", "q_mlp")
+        conv = conv_input(obs_space, config, "q_cnn", "q_mlp")
+        self.layout, flat = conv.layout, conv.flat
         sizes = [flat, *config.hiddens]
-        self.torso = nn.Sequential(conv_torso(config, channels), _mlp(sizes, ACTIVATIONS[config.activation]))
+        self.torso = nn.Sequential(conv_torso(config, conv), _mlp(sizes, ACTIVATIONS[config.activation]))
         self._build_heads(sizes[-1], num_outputs, config)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:

@@ -72,14 +72,15 @@ class ConvActorAndCritics(ActorCriticGroups):
     def __init__(self, obs_space: gym.Space, num_outputs: int, config: TwinQCNNConfig, critic_inputs: int,
                  critic_outputs: int) -> None:
         super().__init__()
-        channels, self.layout, flat = conv_input(obs_space, config, "twin_q_cnn", "twin_q_mlp")
+        conv = conv_input(obs_space, config, "twin_q_cnn", "twin_q_mlp")
+        self.layout, flat = conv.layout, conv.flat
         act = ACTIVATIONS[config.activation]
         sizes = [flat, *config.hiddens]
-        self.actor = nn.Sequential(conv_torso(config, channels), _mlp(sizes, act))
+        self.actor = nn.Sequential(conv_torso(config, conv), _mlp(sizes, act))
         self.head = _init(nn.Linear(sizes[-1], num_outputs), 0.01)  # near-uniform / near-zero-mean first actions
         stack = CriticStack(config.num_critics, [flat + critic_inputs, *config.critic_hiddens], config.activation,
                             critic_outputs)
-        self.critics = ConvCritics(conv_torso(config, channels), stack)
+        self.critics = ConvCritics(conv_torso(config, conv), stack)
 
     def images(self, obs: torch.Tensor) -> torch.Tensor:
         return images(obs, self.layout)

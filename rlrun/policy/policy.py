@@ -32,7 +32,7 @@ from rlrun.core.errors import PluginError
 from rlrun.core.metrics import DEFAULT_POLICY_ID as DEFAULT_POLICY_ID  # re-exported
 from rlrun.core.registry import DISTRIBUTIONS, MODELS
 from rlrun.data.batch import SampleBatch
-from rlrun.data.postprocessing import explained_variance, piecewise
+from rlrun.data.postprocessing import clip_rewards, explained_variance, piecewise
 from rlrun.envs.filters import NoFilter, make_filter
 from rlrun.models.check import check_model_output
 from rlrun.models.distributions import ActionDistribution, model_distribution
@@ -245,10 +245,10 @@ class Policy:
 
     def postprocess_trajectory(self, fragment: SampleBatch, last_values: np.ndarray) -> SampleBatch:
         """Add advantage/target columns to a time-major fragment (columns ``[T, B, ...]``); with
-        ``algo.clip_rewards`` the learner sees each reward's sign (the episode returns were summed
-        from the env's rewards before)."""
-        if self.config.clip_rewards and SampleBatch.REWARDS in fragment:
-            fragment[SampleBatch.REWARDS] = np.sign(fragment[SampleBatch.REWARDS]).astype(np.float32)
+        ``algo.clip_rewards`` the learner sees each reward's sign (true) or the reward clipped to [-c, c]
+        (a number c); the episode returns were summed from the env's rewards before."""
+        if self.config.clip_rewards is not False and SampleBatch.REWARDS in fragment:
+            fragment[SampleBatch.REWARDS] = clip_rewards(fragment[SampleBatch.REWARDS], self.config.clip_rewards)
         fn = self.hooks.postprocess
         return fragment if fn is None else fn(self, fragment, last_values)
 
