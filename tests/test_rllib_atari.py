@@ -131,7 +131,8 @@ def test_rllibs_atari_files_are_a_sweep_over_their_games_with_deepmind_frames_an
     assert o["env.wrappers"] == DEEPMIND  # 4 frames per action, also on v5 once env_config sets frameskip 1
     assert (o["model.conv_filters"], o["model.conv_padding"]) == (RLLIB_84, "same_but_last")
     assert {k: o[k] for k in extra} == extra
-    assert any("EpisodicLifeEnv and FireResetEnv are not applied" in n for n in tr.notes)
+    assert any("EpisodicLifeEnv and FireResetEnv are not applied" in n and "scaled to [0, 1]" in n for n in tr.notes)
+    assert any(n.startswith("q_model_config / policy_model_config") for n in tr.notes) == (model == "twin_q_cnn")
     # the exported experiment sweeps the games with Hydra's sweeper
     exported = yaml.safe_load(to_experiment_yaml(tr.overrides, tr.sweep_params))
     assert exported["hydra"]["sweeper"]["params"]["env.id"] == envs and "id" not in exported.get("env", {})
@@ -149,12 +150,26 @@ def test_a_v5_game_that_skips_frames_itself_is_not_skipped_twice_and_ram_games_s
     assert o["model.conv_filters"] == "[[8, 4, 2], [16, 21, 1]]" and o["algo.clip_rewards"] == "false"
 
 
-def test_the_gym_eras_atari_ids_are_ale_pys_and_other_ids_are_not_guessed():
-    from rlrun.envs.make import env_package
+def test_the_gym_eras_atari_ids_are_ale_pys_and_other_ids_are_not_guessed(monkeypatch):
+    import gymnasium as gym
 
-    assert [env_package(i) for i in ("BreakoutNoFrameskip-v4", "PongDeterministic-v4", "Pong-ram-v0",
-                                     "ALE/Pong-v5")] == ["ale_py"] * 4
-    assert [env_package(i) for i in ("CartPole-v4", "Pong-v9", "MiniGrid-Empty-5x5-v0")] == [None, None, "minigrid"]
+    import rlrun.envs.make as make
+
+    monkeypatch.delitem(gym.registry, "Pong-v4", raising=False)  # as before ale-py is imported
+
+    assert [make.env_package(i) for i in ("BreakoutNoFrameskip-v4", "PongDeterministic-v4", "Pong-ram-v0",
+                                          "ALE/Pong-v5", "Pong-v4")] == ["ale_py"] * 5
+    assert [make.env_package(i) for i in ("CartPole-v1", "Pong-v9", "MiniGrid-Empty-5x5-v0")] == [None, None,
+                                                                                                  "minigrid"]
+    monkeypatch.setattr(make, "find_spec", lambda name: None)  # without ale-py, Pong-v4 may be a typo: no guess
+    assert make.env_package("Pong-v4") is None and make.env_package("PongNoFrameskip-v4") == "ale_py"
+
+
+def test_an_env_grid_takes_the_experiments_env_over_the_configs_and_runs_each_env_once():
+    tr, o = _translated("x: {run: PPO, env: {grid_search: [Acrobot-v0, Acrobot-v1, CartPole-v1]}, "
+                        "config: {env: MountainCar-v0}}")
+    assert o["env.id"] == tr.sweep_params["env.id"] == "Acrobot-v1,CartPole-v1"  # v0 is v1 in gymnasium
+    assert any("Acrobot-v0 is Acrobot-v1" in n for n in tr.notes)
 
 
 @pytest.mark.slow
@@ -180,7 +195,18 @@ BAD = {
     "rllib's own preprocessor": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {preprocessor_pref: rllib}}",
                                  "config.preprocessor_pref: 'rllib' is not supported on Atari envs"),
     "a frame size without filters": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {model: {dim: 64}}}",
-                                     "config.model.dim: RLlib has no default conv_filters for 64x64 frames"),
+                                     "config.model.dim: rlrun-rllib has RLlib's default conv_filters for 96x96, "
+                                     "84x84, 42x42, 10x10 frames, not 64x64; give config.model.conv_filters"),
+    "frame stacking not a flag": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {model: {framestack: 'no'}}}",
+                                  "config.model.framestack: expected true or false, got 'no'"),
+    "a game's settings swept": ("x: {run: PPO, env: ALE/Pong-v5, config: {env_config: {frameskip: {grid_search: "
+                                "[1, 4]}}}}", "config.env_config: grid_search on an Atari game's settings"),
+    "a game's env_config not a mapping": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {env_config: [1]}}",
+                                          "config.env_config: expected a mapping of the env's keyword arguments"),
+    "layer sizes not a list": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {model: {post_fcnet_hiddens: 5}}}",
+                               "config.model.post_fcnet_hiddens: expected a list of layer sizes"),
+    "q hiddens not a list": ("x: {run: SAC, env: Pendulum-v1, config: {q_model_config: {fcnet_hiddens: 5}}}",
+                             "config.q_model_config.fcnet_hiddens: expected a list of layer sizes"),
     "a frame size of none": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {model: {dim: 0}}}",
                              "config.model.dim: expected a positive frame size, got 0"),
     "oblong kernels": ("x: {run: PPO, env: PongNoFrameskip-v4, config: {model: {conv_filters: [[16, [8, 4], 4]]}}}",
@@ -191,7 +217,7 @@ BAD = {
                                 "config.model.conv_filters: [[16, 4, 2]] is not supported (rlrun-rllib gives "
                                 "convolutions to Atari envs' frames"),
     "env_config not a mapping": ("x: {run: PPO, env: CartPole-v1, config: {env_config: 3}}",
-                                 "config.env_config: 3 is not supported"),
+                                 "config.env_config: expected a mapping of the env's keyword arguments, got 3"),
 }
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlrun.app.rllib_defaults import ENV_SUCCESSORS
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import suggest
 
@@ -58,21 +59,6 @@ IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_l
            "no_done_at_end", "worker_side_prioritization", "type", "_fake_gpus",
            "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused", *DRIVER_CPU_KEYS}
 
-ENV_SUCCESSORS = {"CartPole-v0": "CartPole-v1", "Pendulum-v0": "Pendulum-v1", "MountainCar-v0": "MountainCar-v0",
-                  "Acrobot-v0": "Acrobot-v1", "LunarLander-v2": "LunarLander-v3", "LunarLanderContinuous-v2":
-                  "LunarLanderContinuous-v3", "MountainCarContinuous-v0": "MountainCarContinuous-v0",
-                  "HalfCheetah-v2": "HalfCheetah-v5", "HalfCheetah-v3": "HalfCheetah-v5", "Hopper-v2": "Hopper-v5",
-                  "Hopper-v3": "Hopper-v5", "InvertedPendulum-v2": "InvertedPendulum-v5"}
-# RLlib stop keys -> rlrun's
-STOP_KEYS = {"episode_reward_mean": "rollout/episode_return_mean",
-             "sampler_results/episode_reward_mean": "rollout/episode_return_mean",
-             "env_runners/episode_return_mean": "rollout/episode_return_mean",
-             "evaluation/episode_reward_mean": "eval/episode_return_mean",
-             "evaluation/sampler_results/episode_reward_mean": "eval/episode_return_mean",
-             "evaluation/env_runners/episode_return_mean": "eval/episode_return_mean",
-             "timesteps_total": "timesteps_total", "num_env_steps_sampled": "timesteps_total",
-             "training_iteration": "training_iteration", "time_total_s": "time_total_s",
-             "episodes_total": "episodes_total"}
 ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "swish": "silu", "silu": "silu", "linear": "linear",
                None: "linear", "gelu": "gelu"}
 FILTERS = {"NoFilter": "none", "MeanStdFilter": "mean_std"}
@@ -158,6 +144,8 @@ def _model(v: Any, ctx: Context) -> Pairs:
         if k not in MODEL_KEYS:
             raise ConfigError(f"config.model.{k}: not a model key rlrun supports{suggest(k, list(MODEL_KEYS))}; "
                               f"supported: {', '.join(MODEL_KEYS)}")
+        if isinstance(x, Mapping) and "grid_search" in x:
+            x = x["grid_search"][0]  # its values become the sweep (rllib_files.translate)
         out += MODEL_KEYS[k](x, ctx)
     return out
 
@@ -183,16 +171,33 @@ def _conv_filters(v: Any, ctx: Context) -> Pairs:
                         "envs use rlrun's model=cnn (q_cnn for DQN, twin_q_cnn for SAC and TD3) model.conv_filters")
 
 
+def layers(key: str, v: Any) -> list[int]:
+    """``v`` as a list of layer sizes; ConfigError naming ``config.<key>`` otherwise."""
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        raise ConfigError(f"config.{key}: expected a list of layer sizes such as [256, 256], got {v!r}")
+    return list(v)
+
+
+def _layers(key: str, target: str, use: Callable[[Context], bool]) -> Handler:
+    """A list of layer sizes, checked always, ``target`` where ``use(ctx)``."""
+    def handle(v: Any, ctx: Context) -> Pairs:
+        sizes = layers(key, v)
+        return [(target, sizes)] if use(ctx) else []
+    return handle
+
+
 ON_POLICY = tuple(r for r in ALGOS if r not in OFF_POLICY)
 MODEL_KEYS: dict[str, Handler] = {
-    "fcnet_hiddens": _vector(lambda v, ctx: [("model.hiddens", list(v))] if ctx.run in ON_POLICY else []),
+    "fcnet_hiddens": _layers("model.fcnet_hiddens", "model.hiddens",
+                             lambda ctx: ctx.run in ON_POLICY and not ctx.images),
     "fcnet_activation": _vector(lambda v, ctx: [] if ctx.run in OFF_POLICY else _choice(
         ACTIVATIONS, "model.activation", "model.fcnet_activation")(v, ctx)),
     "vf_share_layers": _to("model.vf_share_layers"), "free_log_std": _to("model.free_log_std"),
     "use_lstm": _use_lstm, "lstm_cell_size": _to("model.cell_size"), "max_seq_len": _to("model.max_seq_len"),
     "conv_filters": _conv_filters, "conv_activation": _vision(_choice(ACTIVATIONS, "model.conv_activation",
                                                                       "model.conv_activation")),
-    "post_fcnet_hiddens": _vision(lambda v, ctx: [("model.hiddens", list(v))], ON_POLICY),
+    "post_fcnet_hiddens": _layers("model.post_fcnet_hiddens", "model.hiddens",
+                                  lambda ctx: ctx.images and ctx.run in ON_POLICY),
     "post_fcnet_activation": _vision(_choice(ACTIVATIONS, "model.activation", "model.post_fcnet_activation"),
                                      ON_POLICY),
     # the DeepMind preprocessing's frame size and stacking: read in rllib_images.atari_pairs
@@ -293,7 +298,9 @@ def _sub_model(hidden_key: str) -> Handler:
             raise ConfigError(f"config: {bad[0]} in a Q/policy model config is not supported; supported: "
                               "fcnet_hiddens (hidden_layer_sizes), fcnet_activation (hidden_activation)")
         v = {SUB_MODEL_ALIASES.get(k, k): x for k, x in v.items()}
-        out: Pairs = [(hidden_key, list(v["fcnet_hiddens"]))] if "fcnet_hiddens" in v else []
+        where = "q_model_config" if "critic" in hidden_key else "policy_model_config"
+        hiddens = v.get("fcnet_hiddens")
+        out: Pairs = [(hidden_key, layers(f"{where}.fcnet_hiddens", hiddens))] if hiddens is not None else []
         if "fcnet_activation" in v:
             out += _choice(ACTIVATIONS, "model.activation", "fcnet_activation")(v["fcnet_activation"], ctx)
         return out
@@ -349,7 +356,8 @@ KEYS: dict[str, Handler] = {
     "model": _model, "clip_rewards": lambda v, ctx: [] if v is None else [("algo.clip_rewards", v)],
     "beta": _per_run({"MARWIL": "algo.beta", "BC": "algo.beta"}),
     "n_step": _to("algo.n_step"), "double_q": _to("algo.double_q"), "dueling": _to("model.dueling"),
-    "hiddens": lambda v, ctx: [], "num_atoms": _to("model.num_atoms"), "v_min": _to("model.v_min"),
+    "hiddens": _layers("hiddens", "", lambda ctx: False),  # DQN's: read in translate
+    "num_atoms": _to("model.num_atoms"), "v_min": _to("model.v_min"),
     "v_max": _to("model.v_max"), "noisy": _to("model.noisy"), "sigma0": _to("model.sigma0"),
     "target_network_update_freq": _per_run({"DQN": "algo.target_network_update_freq"}),
     "num_steps_sampled_before_learning_starts": _to("algo.learning_starts"), "learning_starts": _to(
@@ -376,7 +384,6 @@ KEYS: dict[str, Handler] = {
     "evaluation_duration": _to("evaluation.num_episodes"), "evaluation_num_workers": lambda v, ctx: [],
     "evaluation_num_env_runners": lambda v, ctx: [], "evaluation_config": lambda v, ctx: [],
     "input": lambda v, ctx: [] if v == "sampler" else [("input", v)], "output": _to("output"),
-    "env_config": lambda v, ctx: [("env.kwargs", dict(v))] if isinstance(v, Mapping) else _unsupported(
-        "env_config", v, "expected a mapping of the env's keyword arguments"),
+    "env_config": lambda v, ctx: [("env.kwargs", dict(v))],  # a mapping (rllib_images.atari_images checks)
     "preprocessor_pref": lambda v, ctx: [],  # read in rllib_images.atari_pairs (Atari envs)
 }

@@ -1,5 +1,5 @@
 """RLlib's classic defaults, which apply to the keys an RLlib experiment leaves unset (``rllib_files.translate``),
-and the defaults of RLlib's vision net and Atari preprocessing (``rllib_images``)."""
+the defaults of RLlib's vision net and Atari preprocessing (``rllib_images``), its retired env ids and stop keys."""
 
 from __future__ import annotations
 
@@ -60,5 +60,24 @@ VISION_DEFAULTS: dict[str, Any] = {"dim": 84, "framestack": True, "conv_activati
                                    "post_fcnet_activation": "relu"}
 # RLlib's default conv_filters by frame size (``get_filter_config``), [out_channels, kernel, stride] per layer,
 # every layer "same"-padded but the last
-VISION_FILTERS: dict[int, list[list[int]]] = {84: [[16, 8, 4], [32, 4, 2], [256, 11, 1]],
-                                              42: [[16, 4, 2], [32, 4, 2], [256, 11, 1]]}
+VISION_FILTERS: dict[int, list[list[int]]] = {96: [[16, 8, 4], [32, 4, 2], [256, 11, 2]],
+                                              84: [[16, 8, 4], [32, 4, 2], [256, 11, 1]],
+                                              42: [[16, 4, 2], [32, 4, 2], [256, 11, 1]],
+                                              10: [[16, 5, 2], [32, 5, 2]]}
+
+# the gym era's env ids that gymnasium retired -> their successors
+ENV_SUCCESSORS = {"CartPole-v0": "CartPole-v1", "Pendulum-v0": "Pendulum-v1", "MountainCar-v0": "MountainCar-v0",
+                  "Acrobot-v0": "Acrobot-v1", "LunarLander-v2": "LunarLander-v3", "LunarLanderContinuous-v2":
+                  "LunarLanderContinuous-v3", "MountainCarContinuous-v0": "MountainCarContinuous-v0",
+                  "HalfCheetah-v2": "HalfCheetah-v5", "HalfCheetah-v3": "HalfCheetah-v5", "Hopper-v2": "Hopper-v5",
+                  "Hopper-v3": "Hopper-v5", "InvertedPendulum-v2": "InvertedPendulum-v5"}
+# RLlib stop keys -> rlrun's
+STOP_KEYS = {"episode_reward_mean": "rollout/episode_return_mean",
+             "sampler_results/episode_reward_mean": "rollout/episode_return_mean",
+             "env_runners/episode_return_mean": "rollout/episode_return_mean",
+             "evaluation/episode_reward_mean": "eval/episode_return_mean",
+             "evaluation/sampler_results/episode_reward_mean": "eval/episode_return_mean",
+             "evaluation/env_runners/episode_return_mean": "eval/episode_return_mean",
+             "timesteps_total": "timesteps_total", "num_env_steps_sampled": "timesteps_total",
+             "training_iteration": "training_iteration", "time_total_s": "time_total_s",
+             "episodes_total": "episodes_total"}

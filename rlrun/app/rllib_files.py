@@ -17,7 +17,6 @@ from rlrun.app.rllib_config import (
     IGNORED,
     KEYS,
     OFF_POLICY,
-    STOP_KEYS,
     WORKER_CPU_KEYS,
     Context,
     Translation,
@@ -25,7 +24,7 @@ from rlrun.app.rllib_config import (
     env_id,
     fmt,
 )
-from rlrun.app.rllib_defaults import RLLIB_DEFAULTS, VISION_DEFAULTS
+from rlrun.app.rllib_defaults import RLLIB_DEFAULTS, STOP_KEYS, VISION_DEFAULTS
 from rlrun.app.rllib_images import CONV_MODELS, atari_images, atari_pairs
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import suggest
@@ -79,7 +78,7 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
     user = spec.get("config") or {}
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name}.config: expected a mapping of RLlib config keys, got {user!r}")
-    env = user.get("env", spec.get("env"))
+    env = spec["env"] if "env" in spec else user.get("env")  # RLlib's: the experiment's env over the config's
     if not (isinstance(env, Mapping) and "grid_search" in env):
         return _translate(spec, name, user, env)
     envs = env["grid_search"]
@@ -94,7 +93,7 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
             raise ConfigError(f"{name}.env.grid_search: {envs[0]} and {e} need different rlrun settings ({a} against "
                               f"{b}); give each an experiment of its own")
         first.notes += [n for n in tr.notes if n not in first.notes]
-    ids = ",".join(next(o for o in tr.overrides if o.startswith("env.id="))[7:] for tr in each)
+    ids = ",".join(dict.fromkeys(next(o for o in tr.overrides if o.startswith("env.id="))[7:] for tr in each))
     first.sweep_params = {"env.id": ids, **first.sweep_params}
     first.overrides = [f"env.id={ids}" if o.startswith("env.id=") else o for o in first.overrides]
     first.sweep = True
@@ -148,8 +147,8 @@ def _translate(spec: Mapping[str, Any], name: str, user: Mapping[str, Any], env_
         groups = [g for g in groups if not g.startswith("model=")] + ["model=lstm"]
     pairs = [p for p in pairs if p[0] != "__model_group__"]
     pairs += _sampling(config, run, user, tr)
-    tr.overrides = [*groups, *(f"{'++' if isinstance(v, Mapping) else ''}{k}={fmt(v)}" for k, v in pairs  # a mapping
-                               if v is not None or k.startswith(("algo.", "model."))),  # replaces the whole node
+    tr.overrides = [*groups, *(f"{'++' if isinstance(v, Mapping) else ''}{k}={fmt(v)}" for k, v in pairs  # ++: new
+                               if v is not None or k.startswith(("algo.", "model."))),  # keys of a mapping
                     *_stop(spec.get("stop") or {}, name, tr.notes)]
     tr.overrides = last_wins(tr.overrides)
     _sweep(tr, grid, ctx, name)

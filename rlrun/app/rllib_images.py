@@ -18,15 +18,27 @@ CONV_MODELS = {"model=mlp": "model=cnn", "model=q_mlp": "model=q_cnn", "model=tw
 # what RLlib's DeepMind wrappers do that gymnasium's AtariPreprocessing does not (said once on the console)
 NOT_APPLIED = ("RLlib's EpisodicLifeEnv and FireResetEnv are not applied (an episode is a whole game, and the "
                "policy presses FIRE itself); the rest of its DeepMind preprocessing is: up to 30 no-ops at reset, "
-               "4 frames per action (the last two max-pooled), {dim}x{dim} grey frames{stack}")
+               "4 frames per action (the last two max-pooled), {dim}x{dim} grey frames{stack}; the model sees them "
+               "scaled to [0, 1] (RLlib's vision net: 0-255)")
+# SAC and TD3 on frames: RLlib 2.x's vision net ignores the Q/policy model configs' hidden sizes
+SUB_MODELS_ON_FRAMES = ("q_model_config / policy_model_config: their hidden sizes are the layers after the "
+                        "convolutions here (RLlib's vision net leaves them out; rlrun's critics need one at least)")
 
 
-def atari_images(env: str, kwargs: Mapping[str, Any]) -> bool:
-    """Whether gymnasium's ``env`` (with ``env_config``'s ``kwargs``) is an ALE game observed as images."""
+def atari_images(env: str, kwargs: Any) -> bool:
+    """Whether gymnasium's ``env`` (with ``env_config``'s ``kwargs``) is an ALE game observed as images; a
+    ConfigError for an ``env_config`` that is no mapping, or that sweeps an ALE game's settings."""
     import gymnasium as gym
 
+    if not isinstance(kwargs, Mapping):
+        raise ConfigError(f"config.env_config: expected a mapping of the env's keyword arguments, got {kwargs!r}")
     spec = gym.spec(env)
-    return "ale_py" in str(spec.entry_point) and {**spec.kwargs, **kwargs}.get("obs_type", "rgb") != "ram"
+    if "ale_py" not in str(spec.entry_point):
+        return False
+    if "grid_search" in kwargs or any(isinstance(v, Mapping) and "grid_search" in v for v in kwargs.values()):
+        raise ConfigError("config.env_config: grid_search on an Atari game's settings is not supported (its "
+                          "preprocessing depends on them); give each setting an experiment of its own")
+    return {**spec.kwargs, **kwargs}.get("obs_type", "rgb") != "ram"
 
 
 def _positive(x: Any, square: bool = False) -> int | None:
@@ -60,22 +72,27 @@ def atari_pairs(env: str, config: Mapping[str, Any], user: Mapping[str, Any], no
     if pref != "deepmind":
         raise ConfigError(f"config.preprocessor_pref: {pref!r} is not supported on Atari envs; rlrun-rllib applies "
                           "RLlib's default, deepmind (drop the key)")
-    dim = model["dim"]
+    dim, stack = model["dim"], model["framestack"]
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
         raise ConfigError(f"config.model.dim: expected a positive frame size, got {dim!r}")
+    if not isinstance(stack, bool):
+        raise ConfigError(f"config.model.framestack: expected true or false, got {stack!r}")
     if "conv_filters" in (config.get("model") or {}) and config["model"]["conv_filters"] is not None:
         filters = to_filters(config["model"]["conv_filters"])
     elif dim in VISION_FILTERS:
         filters = VISION_FILTERS[dim]
     else:
-        raise ConfigError(f"config.model.dim: RLlib has no default conv_filters for {dim}x{dim} frames "
-                          f"(it has for {' and '.join(map(str, VISION_FILTERS))}); give config.model.conv_filters")
+        raise ConfigError(f"config.model.dim: rlrun-rllib has RLlib's default conv_filters for "
+                          f"{', '.join(f'{d}x{d}' for d in VISION_FILTERS)} frames, not {dim}x{dim}; give "
+                          "config.model.conv_filters")
     frameskip = {**gym.spec(env).kwargs, **(config.get("env_config") or {})}.get("frameskip", 1)
     wrappers: list[dict[str, Any]] = [{"name": "atari_preprocessing", "noop_max": 30,
                                        "frame_skip": 4 if frameskip == 1 else 1, "screen_size": dim}]
-    if model["framestack"]:
+    if stack:
         wrappers.append({"name": "frame_stack", "stack_size": 4})
-    notes.append(NOT_APPLIED.format(dim=dim, stack=", 4 stacked" if model["framestack"] else ""))
+    notes.append(NOT_APPLIED.format(dim=dim, stack=", 4 stacked" if stack else ""))
+    if any(k in user for k in ("q_model_config", "Q_model", "policy_model_config", "policy_model")):
+        notes.append(SUB_MODELS_ON_FRAMES)
     out: list[tuple[str, Any]] = [("env.wrappers", wrappers), ("model.conv_filters", filters),
                                   ("model.conv_padding", "same_but_last")]
     if user.get("clip_rewards") is None:  # RLlib's default: an Atari env's rewards clipped to their sign

@@ -11,6 +11,7 @@ import importlib
 import re
 import warnings
 from collections.abc import Sequence
+from importlib.util import find_spec
 from typing import Any
 
 import gymnasium as gym
@@ -25,6 +26,8 @@ from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrapp
 ENV_PACKAGES = {"MiniGrid-": "minigrid", "BabyAI-": "minigrid", "ALE/": "ale_py"}
 # ale-py's ids of the gym era (BreakoutNoFrameskip-v4, PongDeterministic-v4, Pong-ram-v0: RLlib's tuned files)
 LEGACY_ATARI = re.compile(r"[A-Z][A-Za-z]*(-ram)?(NoFrameskip|Deterministic|(?<=-ram))-v[04]")
+# ... and its plain ids (Pong-v4, Breakout-v0), which only ale-py can register where it is installed
+PLAIN_ATARI = re.compile(r"[A-Z][A-Za-z]*-v[04]")
 
 
 def env_package(env_id: str) -> str | None:
@@ -35,6 +38,8 @@ def env_package(env_id: str) -> str | None:
     module = next((m for prefix, m in ENV_PACKAGES.items() if env_id.startswith(prefix)), None)
     if module is None and LEGACY_ATARI.fullmatch(env_id):
         return "ale_py"
+    if module is None and PLAIN_ATARI.fullmatch(env_id) and env_id not in gym.registry and find_spec("ale_py"):
+        return "ale_py"  # not when it is missing: CartPole-v4 is a typo, not an Atari game to install
     return module
 
 
