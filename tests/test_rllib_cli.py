@@ -159,6 +159,16 @@ def test_older_rays_min_size_for_sampling_is_the_rows_stored_before_learning():
     assert "algo.learning_starts=700" in tr.overrides and tr.ignored == []
 
 
+def test_networks_given_different_activations_get_rlruns_one_and_a_note():
+    tr = translate({"run": "SAC", "env": "Pendulum-v1", "config": {"policy_model_config": {"fcnet_activation":
+                                                                                             "tanh"}}}, "x")
+    assert "model.activation=tanh" in tr.overrides and sum(o.startswith("model.activation=") for o in tr.overrides) == 1
+    assert "the file's networks have different activations (relu, tanh); rlrun's SAC model has one for all of them: " \
+           "tanh" in tr.notes
+    td3 = translate({"run": "TD3", "env": "Pendulum-v1", "config": {"critic_hidden_activation": "relu"}}, "y")
+    assert not any("different activations" in n for n in td3.notes)  # the same as the actor's default
+
+
 def test_older_rays_sac_model_keys_are_the_same_hiddens_and_activation():
     tr = translate({"run": "SAC", "env": "Pendulum-v1", "config": {
         "q_model_config": {"hidden_activation": "tanh", "hidden_layer_sizes": [64]},

@@ -125,6 +125,7 @@ def _translate(spec: Mapping[str, Any], name: str, user: Mapping[str, Any], env_
         if isinstance(value, Mapping) and "grid_search" in value:
             value = value["grid_search"][0]  # its values become the sweep below
         pairs += KEYS[key](value, ctx)
+    _one_activation(pairs, run, tr.notes)
     if run in ("TD3", "DDPG"):  # target smoothing: RLlib's target_noise counts only with smooth_target_policy
         smooth = config.get("smooth_target_policy", run == "TD3")
         pairs.append(("algo.target_noise", config.get("target_noise", 0.2) if smooth else 0.0))
@@ -170,6 +171,15 @@ def _sweep(tr: Translation, grid: Mapping[str, list[Any]], ctx: Context, name: s
         tr.sweep_params[target] = ",".join(fmt(p[0][1]) for p in each)
         tr.overrides.append(f"{target}={tr.sweep_params[target]}")
         tr.sweep = True
+
+
+def _one_activation(pairs: list[tuple[str, Any]], run: str, notes: list[str]) -> None:
+    """Say which activation rlrun's model takes where the file gives its networks different ones (SAC's Q and
+    policy models, TD3's actor and critics: rlrun's twin-Q models have one for all)."""
+    acts = list(dict.fromkeys(v for k, v in pairs if k == "model.activation"))
+    if len(acts) > 1:
+        notes.append(f"the file's networks have different activations ({', '.join(acts)}); rlrun's {run} model has "
+                     f"one for all of them: {acts[-1]}")
 
 
 def last_wins(overrides: list[str]) -> list[str]:

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlrun.config.multi_agent import policy_configs, policy_sections
+from rlrun.config.multi_agent import learned_policy_sections
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
-from rlrun.core.metrics import DEFAULT_POLICY_ID
 from rlrun.core.provenance import RECORD_DIR, git_state, process_tags, version_tags, write_record
 from rlrun.models.distributions import model_distribution
 
@@ -40,12 +39,8 @@ def action_dist_tags(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> d
     """The action distribution each learned policy acts with (``rlrun.action_dist``, or per policy
     ``rlrun.action_dist.<id>``): a null ``model.action_dist``, as the params record it, resolved to the model's
     default for the policy's action space (``spaces``: policy id -> (observation, action) space)."""
-    tags = {}
-    for pid, pc in policy_configs(cfg).items():
-        if pc.heuristic is None:
-            key = "rlrun.action_dist" if pid == DEFAULT_POLICY_ID else f"rlrun.action_dist.{pid}"
-            tags[key] = model_distribution(policy_sections(cfg, pid).model, spaces[pid][1])
-    return tags
+    return {"rlrun.action_dist" + (f".{pid}" if prefix else ""): model_distribution(sections.model, spaces[pid][1])
+            for pid, prefix, sections in learned_policy_sections(cfg)}
 
 
 def _hydra_overrides() -> list[str] | None:

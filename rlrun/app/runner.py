@@ -29,7 +29,7 @@ from rlrun.app.run_files import (
 from rlrun.app.run_hooks import build_run_hooks, mlflow_row
 from rlrun.app.run_record import action_dist_tags, default_run_name, run_tags
 from rlrun.app.torch_compute import flush_denormals, set_torch_compute
-from rlrun.config.multi_agent import policy_configs, policy_sections
+from rlrun.config.multi_agent import learned_policy_sections
 from rlrun.config.offline import SAMPLER
 from rlrun.config.resources import check_replay_memory
 from rlrun.config.schemas import DEFAULT_EXPERIMENT, RunConfig
@@ -181,11 +181,8 @@ def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
 
 def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> None:
     """Each learned policy's algorithm against its spaces and model (one line, before anything starts)."""
-    for pid, pc in policy_configs(cfg).items():
-        if pc.heuristic is None:
-            sections = policy_sections(cfg, pid)
-            prefix = "" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}."
-            check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
+    for pid, prefix, sections in learned_policy_sections(cfg):
+        check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
 
 
 def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,

@@ -7,6 +7,7 @@ import ``config``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -83,6 +84,15 @@ def policy_sections(cfg: Any, policy_id: str) -> Any:
         merged = from_dict(cls, {**asdict(section), **changes}, f"{where}.{key}")
         out = replace(out, **{key: merged})
     return out
+
+
+def learned_policy_sections(cfg: Any) -> Iterator[tuple[str, str, Any]]:
+    """(policy id, key prefix, sections) of each policy that learns (heuristic ones left out): the prefix is ""
+    for a single-agent run's policy and ``multiagent.policies.<id>.`` for a named one, the sections the run's
+    config with the policy's own keys applied (``policy_sections``)."""
+    for pid, p in policy_configs(cfg).items():
+        if p.heuristic is None:
+            yield pid, "" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}.", policy_sections(cfg, pid)
 
 
 def check_multi_agent_config(cfg: Any) -> None:

@@ -151,22 +151,21 @@ def check_replay_memory(cfg: Any, spaces: Mapping[str, tuple[Any, Any]]) -> None
     """Refuse replay buffers this machine cannot hold, sized with the env's spaces (``spaces``: policy id ->
     (observation, action) space): each row stores the observation twice (it and the n-step next one), the
     action, the reward and the discount. The buffers of all learned policies together; the largest is named."""
-    from rlrun.config.multi_agent import policy_configs, policy_sections
-    from rlrun.core.metrics import DEFAULT_POLICY_ID
+    from rlrun.config.multi_agent import learned_policy_sections
 
     ram = machine_memory()
     if ram is None:
         return
     needs = []
-    for pid, pc in policy_configs(cfg).items():
-        capacity = getattr(policy_sections(cfg, pid).algo, "replay_capacity", None) if pc.heuristic is None else None
+    for pid, prefix, sections in learned_policy_sections(cfg):
+        capacity = getattr(sections.algo, "replay_capacity", None)
         if isinstance(capacity, int) and pid in spaces:
             obs, act = spaces[pid]
             row = 2 * _space_bytes(obs) + _space_bytes(act) + 8
-            needs.append((capacity * row, pid, capacity, obs))
+            needs.append((capacity * row, prefix, capacity, obs))
     if needs and sum(n[0] for n in needs) > FRACTION * ram:
-        _, pid, capacity, obs = max(needs, key=lambda n: n[0])
-        key = "algo" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}.algo"
+        _, prefix, capacity, obs = max(needs, key=lambda n: n[0])
+        key = f"{prefix}algo"
         shape = "x".join(str(d) for d in (getattr(obs, "shape", None) or (1,)))
         raise ConfigError(f"{key}.replay_capacity: {capacity:,} rows of {shape} {getattr(obs, 'dtype', 'float32')} "
                           f"observations (each row holds two) need at least {_gib(sum(n[0] for n in needs))}; "
