@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlrun.app.rllib_defaults import VISION_DEFAULTS, VISION_FILTERS
+from rlrun.app.rllib_defaults import VISION_FILTERS
 from rlrun.config.typed import ConfigError
 
 # the vector model of each algorithm -> its convolutional model
@@ -67,7 +67,7 @@ def atari_pairs(env: str, config: Mapping[str, Any], user: Mapping[str, Any], no
     """The env wrappers, model filters and reward clipping RLlib gives Atari ``env`` under ``config``."""
     import gymnasium as gym
 
-    model = {**VISION_DEFAULTS, **(config.get("model") or {})}
+    model = config["model"]  # RLlib's vision defaults under the file's keys (rllib_files._translate)
     pref = config.get("preprocessor_pref", "deepmind")
     if pref != "deepmind":
         raise ConfigError(f"config.preprocessor_pref: {pref!r} is not supported on Atari envs; rlrun-rllib applies "
@@ -77,8 +77,8 @@ def atari_pairs(env: str, config: Mapping[str, Any], user: Mapping[str, Any], no
         raise ConfigError(f"config.model.dim: expected a positive frame size, got {dim!r}")
     if not isinstance(stack, bool):
         raise ConfigError(f"config.model.framestack: expected true or false, got {stack!r}")
-    if "conv_filters" in (config.get("model") or {}) and config["model"]["conv_filters"] is not None:
-        filters = to_filters(config["model"]["conv_filters"])
+    if model.get("conv_filters") is not None:
+        filters = to_filters(model["conv_filters"])
     elif dim in VISION_FILTERS:
         filters = VISION_FILTERS[dim]
     else:

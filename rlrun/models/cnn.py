@@ -99,11 +99,6 @@ def conv_plan(h: int, w: int, filters: list[list[int]], padding: str = "valid"
     return (h, w), pads
 
 
-def conv_output_hw(h: int, w: int, filters: list[list[int]], padding: str = "valid") -> tuple[int, int]:
-    """The image size after ``filters``; ConfigError when a layer shrinks it below 1x1."""
-    return conv_plan(h, w, filters, padding)[0]
-
-
 class ConvInput(NamedTuple):
     channels: int  # of the images fed to the first layer
     layout: str  # for ``images``
