@@ -102,8 +102,9 @@ atari-sac-tf-and-torch:
         num_gpus: 1
         metrics_smoothing_episodes: 5
 """
+LIVES = "{name: episodic_life}, {name: fire_reset, missing_ok: true}"
 DEEPMIND = ("[{name: atari_preprocessing, noop_max: 30, frame_skip: 4, screen_size: 84}, "
-            "{name: frame_stack, stack_size: 4}]")
+            f"{LIVES}, {{name: frame_stack, stack_size: 4}}]")
 RLLIB_84 = "[[16, 8, 4], [32, 4, 2], [256, 11, 1]]"
 
 
@@ -131,7 +132,7 @@ def test_rllibs_atari_files_are_a_sweep_over_their_games_with_deepmind_frames_an
     assert o["env.wrappers"] == DEEPMIND  # 4 frames per action, also on v5 once env_config sets frameskip 1
     assert (o["model.conv_filters"], o["model.conv_padding"]) == (RLLIB_84, "same_but_last")
     assert {k: o[k] for k in extra} == extra
-    assert any("EpisodicLifeEnv and FireResetEnv are not applied" in n and "scaled to [0, 1]" in n for n in tr.notes)
+    assert any("a lost life ends the episode" in n and "scaled to [0, 1]" in n for n in tr.notes)
     assert any(n.startswith("q_model_config / policy_model_config") for n in tr.notes) == (model == "twin_q_cnn")
     # the exported experiment sweeps the games with Hydra's sweeper
     exported = yaml.safe_load(to_experiment_yaml(tr.overrides, tr.sweep_params))
@@ -146,7 +147,8 @@ def test_a_v5_game_that_skips_frames_itself_is_not_skipped_twice_and_ram_games_s
     assert "env.wrappers" not in o and (o["model"], o["model.hiddens"]) == ("mlp", "[64]")
     _, o = _translated("x: {run: PPO, env: PongNoFrameskip-v4, config: {clip_rewards: false, "
                        "model: {dim: 42, framestack: false, conv_filters: [[8, [4, 4], 2], [16, 21, 1]]}}}")
-    assert o["env.wrappers"] == "[{name: atari_preprocessing, noop_max: 30, frame_skip: 4, screen_size: 42}]"
+    preprocess = "{name: atari_preprocessing, noop_max: 30, frame_skip: 4, screen_size: 42}"
+    assert o["env.wrappers"] == f"[{preprocess}, {LIVES}]"
     assert o["model.conv_filters"] == "[[8, 4, 2], [16, 21, 1]]" and o["algo.clip_rewards"] == "false"
 
 

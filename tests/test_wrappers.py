@@ -92,6 +92,10 @@ def test_bad_wrapper_entries_are_named(wrappers, message):
     (["env.id=MiniGrid-Empty-5x5-v0"], "Dict observation space"),
     (["env.wrappers=[frame_stack]", "env.vectorize=vector_entry_point"],
      "env.wrappers[0]: wrapper 'frame_stack' has no vector form"),
+    (["env.wrappers=[episodic_life]"],
+     "episodic_life needs an Atari env (ale-py's, which has lives and a FIRE button); CartPole-v1 is not one"),
+    (["env.id=ALE/Freeway-v5", "env.wrappers=[fire_reset]"],
+     "fire_reset needs a game whose action 1 is FIRE; ALE/Freeway-v5 has ['NOOP', 'UP', 'DOWN']"),
 ])
 def test_the_cli_refuses_bad_wrappers_with_one_line_before_compute(refuse, tmp_path, args, message):
     p = refuse(*args)

@@ -1,8 +1,9 @@
 """RLlib's Atari experiments in rlrun's terms. RLlib wraps an Atari env's frames in its DeepMind preprocessing
 (``preprocessor_pref: deepmind``, its default) and gives them to its vision net; rlrun-rllib gives the same env
-gymnasium's ``AtariPreprocessing`` and ``FrameStackObservation`` (the ``atari_preprocessing`` and ``frame_stack``
-wrappers) and the algorithm's convolutional model (``cnn``, ``q_cnn``, ``twin_q_cnn``) with RLlib's filters and
-padding. RLlib clips an Atari env's rewards to their sign unless ``clip_rewards`` says otherwise; so does this.
+gymnasium's ``AtariPreprocessing`` and ``FrameStackObservation`` with DeepMind's lives and FIRE (the
+``atari_preprocessing``, ``episodic_life``, ``fire_reset`` and ``frame_stack`` wrappers) and the algorithm's
+convolutional model (``cnn``, ``q_cnn``, ``twin_q_cnn``) with RLlib's filters and padding. RLlib clips an Atari
+env's rewards to their sign unless ``clip_rewards`` says otherwise; so does this.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from rlrun.config.typed import ConfigError
 
 # the vector model of each algorithm -> its convolutional model
 CONV_MODELS = {"model=mlp": "model=cnn", "model=q_mlp": "model=q_cnn", "model=twin_q_mlp": "model=twin_q_cnn"}
-# what RLlib's DeepMind wrappers do that gymnasium's AtariPreprocessing does not (said once on the console)
-NOT_APPLIED = ("RLlib's EpisodicLifeEnv and FireResetEnv are not applied (an episode is a whole game, and the "
-               "policy presses FIRE itself); the rest of its DeepMind preprocessing is: up to 30 no-ops at reset, "
-               "4 frames per action (the last two max-pooled), {dim}x{dim} grey frames{stack}; the model sees them "
-               "scaled to [0, 1] (RLlib's vision net: 0-255)")
+# RLlib's DeepMind wrappers as rlrun's (said once on the console)
+PREPROCESSING = ("RLlib's DeepMind preprocessing: up to 30 no-ops at reset, 4 frames per action (the last two "
+                 "max-pooled), a lost life ends the episode (the game goes on; the returns reported are whole "
+                 "games'), FIRE pressed at each start where the game has it, {dim}x{dim} grey frames{stack}; the "
+                 "model sees them scaled to [0, 1] (RLlib's vision net: 0-255)")
 # SAC and TD3 on frames: RLlib 2.x's vision net ignores the Q/policy model configs' hidden sizes
 SUB_MODELS_ON_FRAMES = ("q_model_config / policy_model_config: their hidden sizes are the layers after the "
                         "convolutions here (RLlib's vision net leaves them out; rlrun's critics need one at least)")
@@ -87,10 +88,11 @@ def atari_pairs(env: str, config: Mapping[str, Any], user: Mapping[str, Any], no
                           "config.model.conv_filters")
     frameskip = {**gym.spec(env).kwargs, **(config.get("env_config") or {})}.get("frameskip", 1)
     wrappers: list[dict[str, Any]] = [{"name": "atari_preprocessing", "noop_max": 30,
-                                       "frame_skip": 4 if frameskip == 1 else 1, "screen_size": dim}]
+                                       "frame_skip": 4 if frameskip == 1 else 1, "screen_size": dim},
+                                      {"name": "episodic_life"}, {"name": "fire_reset", "missing_ok": True}]
     if stack:
         wrappers.append({"name": "frame_stack", "stack_size": 4})
-    notes.append(NOT_APPLIED.format(dim=dim, stack=", 4 stacked" if stack else ""))
+    notes.append(PREPROCESSING.format(dim=dim, stack=", 4 stacked" if stack else ""))
     if any(k in user for k in ("q_model_config", "Q_model", "policy_model_config", "policy_model")):
         notes.append(SUB_MODELS_ON_FRAMES)
     out: list[tuple[str, Any]] = [("env.wrappers", wrappers), ("model.conv_filters", filters),

@@ -69,7 +69,10 @@ class OneAgentEnv:
         end = np.logical_or(term, trunc)
         end &= stepped
         self._acting = acting = ~end
-        return VectorStep({AGENT: obs}, {AGENT: rew}, {AGENT: term}, {AGENT: trunc}, {AGENT: acting}, stepped, end)
+        game = self.infos.get("game_over")  # episodic_life: a lost life ends the episode, not the game
+        game_end = None if game is None else end & (game | ~self.infos["_game_over"])
+        return VectorStep({AGENT: obs}, {AGENT: rew}, {AGENT: term}, {AGENT: trunc}, {AGENT: acting}, stepped, end,
+                          game_end)
 
     def render(self) -> Any:
         """The first sub-env's frame (``render_copy``: the env renders ``rgb_array`` frames)."""

@@ -165,6 +165,96 @@ def atari_preprocessing(env: gym.Env, noop_max: int = 30, frame_skip: int = 4, s
                          'pip install -e ".[atari]"') from None
 
 
+def _ale(env: gym.Env, wrapper: str) -> Any:
+    ale = getattr(env.unwrapped, "ale", None)
+    if ale is None:
+        raise ValueError(f"{wrapper} needs an Atari env (ale-py's, which has lives and a FIRE button); "
+                         f"{env.spec.id if env.spec else type(env.unwrapped).__name__} is not one")
+    return ale
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode for learning (``terminated``), and the next ``reset`` continues the
+    same game with a no-op step instead of starting a new one (DeepMind's EpisodicLifeEnv, as RLlib's
+    and SB3's Atari wrappers do it; gymnasium's ``terminal_on_life_loss`` starts a new game instead).
+    ``info["game_over"]`` says whether the game itself ended: rlrun's episode statistics (training and
+    evaluation) count whole games, so the returns reported stay the game's score; the callbacks' episodes
+    and the ``eps_id`` of the rows are the learning episodes, one a life."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._ale = _ale(env, "episodic_life")
+        self._lives = 0
+        self._life_lost = False  # the last step ended the episode at a lost life, not the game
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        game_over = bool(terminated or truncated)
+        lives = self._ale.lives()
+        self._life_lost = not game_over and 0 < lives < self._lives
+        self._lives = lives
+        info["game_over"] = game_over
+        return obs, reward, terminated or self._life_lost, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if self._life_lost and seed is None:  # play on from where the life was lost
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(options=options)
+        else:
+            obs, info = self.env.reset(seed=seed, options=options)
+        info.pop("game_over", None)
+        self._life_lost = False
+        self._lives = self._ale.lives()
+        return obs, info
+
+
+def episodic_life(env: gym.Env) -> gym.Env:
+    """A lost life ends the learning episode; the game goes on (``EpisodicLife``). Put it after
+    ``atari_preprocessing`` and before ``fire_reset``."""
+    return EpisodicLife(env)
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then the next action) after each reset, for games that wait for it to start
+    (Breakout's ball; DeepMind's FireResetEnv, as RLlib and SB3 apply it). After ``episodic_life`` it
+    fires at each new life too."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        meanings = _action_meanings(env)
+        if not _fires(meanings):
+            raise ValueError(f"fire_reset needs a game whose action 1 is FIRE; "
+                             f"{env.spec.id if env.spec else 'this one'} has {meanings}")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(options=options)
+        info.pop("game_over", None)  # a reset's info
+        return obs, info
+
+
+def fire_reset(env: gym.Env, missing_ok: bool = False) -> gym.Env:
+    """Press FIRE after each reset (``FireReset``). ``missing_ok``: leave a game without FIRE as it is
+    (RLlib's rule, so one setting serves a sweep over games); otherwise such a game is refused."""
+    if missing_ok and not _fires(_action_meanings(env)):
+        return env
+    return FireReset(env)
+
+
+def _action_meanings(env: gym.Env) -> list[str]:
+    _ale(env, "fire_reset")
+    unwrapped: Any = env.unwrapped  # ale-py's AtariEnv
+    return list(unwrapped.get_action_meanings())
+
+
+def _fires(meanings: list[str]) -> bool:
+    return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+
 def time_limit(env: gym.Env, max_episode_steps: int) -> gym.Env:
     """Truncate episodes after ``max_episode_steps`` steps."""
     return gym.wrappers.TimeLimit(env, int(max_episode_steps))
@@ -189,5 +279,7 @@ WRAPPERS.add("flatten_observation", flatten_observation, vector=vw.FlattenObserv
 WRAPPERS.add("frame_stack", frame_stack)
 WRAPPERS.add("time_limit", time_limit)
 WRAPPERS.add("atari_preprocessing", atari_preprocessing)
+WRAPPERS.add("episodic_life", episodic_life)
+WRAPPERS.add("fire_reset", fire_reset)
 WRAPPERS.add("resize_observation", resize_observation)
 WRAPPERS.add("minigrid_image", minigrid_image)

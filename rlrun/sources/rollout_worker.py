@@ -147,7 +147,7 @@ class RolloutWorker(WorkerBase):
                 count += k if agent_steps is None else int(agent_steps.sum())
             ended = st.episode_end.nonzero()[0]  # one call where .any() and flatnonzero() were two
             if len(ended):
-                self._end_episodes(ended)
+                self._end_episodes(ended, ended if st.game_end is None else st.game_end.nonzero()[0])
                 if complete:
                     last_end[ended] = step
                     counted_at_end[ended] = counted[ended]
@@ -197,24 +197,25 @@ class RolloutWorker(WorkerBase):
             np.add.at(steps, g.copy, g.acted)
         return steps
 
-    def _end_episodes(self, ended: np.ndarray) -> None:
-        """The copies ``ended`` finished their episodes: statistics out, counters and ids anew."""
-        self._episodes.returns.extend(self._ep_return[ended].tolist())
-        self._episodes.lengths.extend(self._ep_len[ended].tolist())
-        if self._per_agent:  # named policies: their agents' returns (default_policy's are the run's own)
-            per_policy = self._episodes.policy_returns
-            assert per_policy is not None
-            for c in ended.tolist():
-                for i, a in enumerate(self.agent_names):
-                    if self._took_part[i, c]:
-                        per_policy.setdefault(self.agent_policy[a], []).append(float(self._agent_return[i, c]))
-            self._agent_return[:, ended] = 0.0
-            self._took_part[:, ended] = False
-        self._ep_return[ended] = 0.0
-        self._ep_len[ended] = 0
+    def _end_episodes(self, ended: np.ndarray, games: np.ndarray) -> None:
+        """The copies ``ended`` finished their episodes: ids anew. ``games``: those whose statistics end
+        too (the same copies; with episodic_life, those whose game ended): returns out, counters anew."""
         k = len(ended)
         self._eps_id[ended] = self._id_base + self._next_eps + np.arange(k)
         self._next_eps += k
+        self._episodes.returns.extend(self._ep_return[games].tolist())
+        self._episodes.lengths.extend(self._ep_len[games].tolist())
+        if self._per_agent:  # named policies: their agents' returns (default_policy's are the run's own)
+            per_policy = self._episodes.policy_returns
+            assert per_policy is not None
+            for c in games.tolist():
+                for i, a in enumerate(self.agent_names):
+                    if self._took_part[i, c]:
+                        per_policy.setdefault(self.agent_policy[a], []).append(float(self._agent_return[i, c]))
+            self._agent_return[:, games] = 0.0
+            self._took_part[:, games] = False
+        self._ep_return[games] = 0.0
+        self._ep_len[games] = 0
 
     def _restart_episodes(self) -> None:
         """complete_episodes: unfinished episodes were dropped, so every copy starts afresh."""

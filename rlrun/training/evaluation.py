@@ -85,7 +85,7 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
             ret += r
             agent_ret[i] += r
         length += live
-        ended = st.episode_end & live
+        ended = (st.episode_end if st.game_end is None else st.game_end) & live  # whole games (episodic_life)
         for c in np.flatnonzero(ended):
             returns.append(float(ret[c]))
             lengths.append(int(length[c]))
