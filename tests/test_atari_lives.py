@@ -11,6 +11,7 @@ import pytest
 from rlrun.algos.algorithm import make_policy
 from rlrun.algos.dqn import DQNConfig
 from rlrun.config.schemas import EnvConfig, RolloutConfig
+from rlrun.core.registry import WRAPPERS, RegistryError
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.envs.make import env_from_config
 from rlrun.envs.wrappers import parse_wrappers, wrap_env
@@ -26,6 +27,26 @@ load_builtins()
 
 PREPROCESS = {"name": "atari_preprocessing", "noop_max": 0, "screen_size": 42}
 LIVES = [PREPROCESS, "episodic_life", "fire_reset"]
+GAMES: list[tuple[float, int]] = []  # what game_truth saw: each game's score and steps
+
+
+class GameTruth(gym.Wrapper):
+    """Below episodic_life, as SB3's Monitor: every step of every game counted, hidden ones too."""
+
+    def reset(self, **kwargs):
+        self._game = [0.0, 0]
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._game[0] += float(reward)
+        self._game[1] += 1
+        if terminated or truncated:
+            GAMES.append((self._game[0], self._game[1]))
+        return obs, reward, terminated, truncated, info
+
+
+WRAPPERS.add("game_truth", GameTruth, override=True)
 
 
 def breakout(wrappers):
@@ -44,6 +65,9 @@ def test_a_lost_life_ends_the_episode_and_the_next_reset_plays_the_same_game_on(
             _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
             if terminated or truncated:
                 game_over = info["game_over"]
+                if game_over:  # every step of the game counted, the resets' no-ops too: 4 frames each, the
+                    # last cut short where the game ended
+                    assert (info["game_length"] - 1) * 4 < info["episode_frame_number"] <= info["game_length"] * 4
                 lives = info["lives"]
                 frame = info["episode_frame_number"]
                 _, info = env.reset()
@@ -89,6 +113,8 @@ def test_the_wrappers_refuse_envs_without_lives_or_fire():
     assert wrap_env(freeway, parse_wrappers([{"name": "fire_reset", "missing_ok": True}])) is freeway
     freeway.close()
     assert "FireReset" in str(breakout([{"name": "fire_reset", "missing_ok": True}]))
+    with pytest.raises(RegistryError, match=r"fire_reset \(env.wrappers\[1\]\) comes before episodic_life"):
+        parse_wrappers([PREPROCESS, "fire_reset", "episodic_life"])
 
 
 def _policy(obs_space, act_space):
@@ -100,42 +126,73 @@ ENV = EnvConfig(id="ALE/Breakout-v5", kwargs={"frameskip": 1, "repeat_action_pro
                 wrappers=[*LIVES, {"name": "frame_stack", "stack_size": 2}])
 
 
-def test_training_statistics_count_whole_games_while_the_learner_sees_one_episode_a_life():
-    worker = RolloutWorker(WorkerSpec(env=ENV, rollout=RolloutConfig(num_envs_per_worker=1,
-                                                                    rollout_fragment_length=250), seed=0), _policy)
+@pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
+def test_training_statistics_count_whole_games_while_the_learner_sees_one_episode_a_life(batch_mode):
+    env = EnvConfig(id=ENV.id, kwargs=ENV.kwargs, wrappers=[PREPROCESS, "game_truth", *ENV.wrappers[1:]])
+    rollout = RolloutConfig(num_envs_per_worker=1, rollout_fragment_length=100, batch_mode=batch_mode)
+    GAMES.clear()
+    worker = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), _policy)
     try:
-        terminated, rewards, eps_ids = [], [], []
+        terminated, eps_ids, t = [], [], []
         returns: list[float] = []
         lengths: list[int] = []
-        while len(returns) < 2:
+        while len(returns) < 3:
             batch = worker.sample()
             terminated += batch[SB.TERMINATEDS].tolist()
-            rewards += batch[SB.REWARDS].tolist()
             eps_ids += batch[SB.EPS_ID].tolist()
+            t += batch[SB.T].tolist()
             stats = worker.get_metrics()
             returns += stats.returns
             lengths += stats.lengths
             assert len(terminated) < 20_000
-        # one copy: its rows in order; every lost life ends a learning episode (an eps_id of its own), and
-        # each fifth one is a game's end: the statistics' episode is the five lives together
+        # the statistics are the games as a monitor below the wrappers saw them, hidden steps included
+        assert list(zip(returns, lengths, strict=True)) == GAMES[: len(returns)]
+        # the learner's rows: an episode (its own eps_id, t from 0) for each life
         ends = np.flatnonzero(terminated)
         assert len(ends) >= 10 and len(np.unique(eps_ids[: ends[9] + 1])) == 10
-        game_ends = ends[4::5][:2]
-        assert lengths[:2] == [game_ends[0] + 1, game_ends[1] - game_ends[0]]
-        assert returns[:2] == pytest.approx([sum(rewards[: game_ends[0] + 1]),
-                                             sum(rewards[game_ends[0] + 1: game_ends[1] + 1])])
+        starts = np.flatnonzero(np.r_[True, np.diff(eps_ids) != 0])
+        assert all(t[k] == 0 for k in starts) and all(t[k] == t[k - 1] + 1 for k in range(1, len(t)) if k not in starts)
     finally:
         worker.stop()
 
 
 def test_greedy_evaluation_plays_whole_games():
-    vec = env_from_config(ENV, 1)
+    env = EnvConfig(id=ENV.id, kwargs=ENV.kwargs, wrappers=[PREPROCESS, "game_truth", *ENV.wrappers[1:]])
+    vec = env_from_config(env, 1)
     try:
         obs_space, act_space = vec.single_observation_space, vec.single_action_space
         policy = _policy(obs_space, act_space)[DEFAULT_POLICY_ID]
-        result = evaluate(policy, ENV, num_episodes=1, num_envs=1, seed=0, env=vec, explore=True)
-        assert len(result.returns) == 1
+        GAMES.clear()
+        result = evaluate(policy, env, num_episodes=2, num_envs=1, seed=0, env=vec, explore=True)
+        assert list(zip(result.returns, result.lengths, strict=True)) == GAMES[:2]
         # the copy played its game to the end (no life left), not just its first life
         assert vec.envs[0].unwrapped.ale.lives() == 0
     finally:
         vec.close()
+
+
+def test_games_reported_with_numpy_scalars_reach_the_statistics():
+    """An env of the user's may report game_over as np.bool_ (gymnasium batches it into an object array)."""
+    from rlrun.envs.copies import AGENT, OneAgentEnv
+
+    class NumpyGame(gym.Wrapper):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            info["game_over"] = np.bool_(terminated or truncated)
+            if info["game_over"]:
+                info["game_return"], info["game_length"] = np.float32(1.5), np.int32(3)
+            return obs, reward, terminated, truncated, info
+
+    copies = OneAgentEnv(gym.vector.SyncVectorEnv([lambda: NumpyGame(gym.make("CartPole-v1"))] * 2))
+    try:
+        copies.reset(seed=0)
+        for _ in range(500):
+            st = copies.step({AGENT: np.zeros(2, np.int64)})
+            assert st.game is not None and st.game.end.dtype == bool
+            if st.game.end.any():
+                break
+        assert st.game.end.tolist() == st.episode_end.tolist()
+        assert st.game.returns[st.game.end].tolist() == [1.5] * int(st.game.end.sum())
+        assert st.game.lengths[st.game.end].tolist() == [3] * int(st.game.end.sum())
+    finally:
+        copies.close()

@@ -27,6 +27,7 @@ from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
 from rlrun.envs.make import check_env_id, env_from_config, env_spaces, probe_env_config
 from rlrun.envs.multi_agent import (
+    Games,
     ObsAdapter,
     ParallelEnvs,
     VectorStep,
@@ -69,10 +70,21 @@ class OneAgentEnv:
         end = np.logical_or(term, trunc)
         end &= stepped
         self._acting = acting = ~end
-        game = self.infos.get("game_over")  # episodic_life: a lost life ends the episode, not the game
-        game_end = None if game is None else end & (game | ~self.infos["_game_over"])
         return VectorStep({AGENT: obs}, {AGENT: rew}, {AGENT: term}, {AGENT: trunc}, {AGENT: acting}, stepped, end,
-                          game_end)
+                          self._games(end))
+
+    def _games(self, end: np.ndarray) -> Games | None:
+        """The games that ended, where a wrapper (episodic_life) says ``game_over`` in its info."""
+        infos = self.infos
+        if "game_over" not in infos:
+            return None
+        over = end & np.asarray(infos["_game_over"], bool)
+        over[over] = np.asarray(infos["game_over"])[over].astype(bool)  # an object array where an env gave np.bool_
+        returns, lengths = np.zeros(len(end)), np.zeros(len(end), np.int64)
+        if over.any():
+            returns[over] = np.asarray(infos["game_return"])[over].astype(np.float64)
+            lengths[over] = np.asarray(infos["game_length"])[over].astype(np.int64)
+        return Games(over, returns, lengths)
 
     def render(self) -> Any:
         """The first sub-env's frame (``render_copy``: the env renders ``rgb_array`` frames)."""

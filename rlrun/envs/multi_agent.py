@@ -157,9 +157,17 @@ class VectorStep(NamedTuple):
     acting: dict[str, np.ndarray]  # [C] bool: the agent acts in the next step
     stepped: np.ndarray  # [C] bool: False where the copy was reset instead of stepped
     episode_end: np.ndarray  # [C] bool: no agent left after this step (the copy resets next step)
-    # [C] bool: the episode statistics' end (a whole game); None: episode_end. Only an env whose info says
-    # ``game_over`` (the episodic_life wrapper) ends learning episodes inside one
-    game_end: np.ndarray | None = None
+    # whole games where learning episodes end inside one (the episodic_life wrapper, whose info says
+    # game_over): the episode statistics are the games'; None: the episodes' own
+    game: Games | None = None
+
+
+class Games(NamedTuple):
+    """The games that ended in a step, as the env counted them (hidden steps, such as a reset's no-op, too)."""
+
+    end: np.ndarray  # [C] bool
+    returns: np.ndarray  # [C] float64, where end
+    lengths: np.ndarray  # [C] int64, where end
 
 
 def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[str, Any] | None = None,

@@ -44,6 +44,11 @@ def parse_wrappers(items: Sequence[Any]) -> list[WrapperSpec]:
         entry = WRAPPERS.entry(name, f"{key}.name")
         _check_arguments(entry.obj, kwargs, f"{key} ({name})")
         out.append(WrapperSpec(name, kwargs, key))
+    names = [s.name for s in out]
+    if "episodic_life" in names and "fire_reset" in names[: names.index("episodic_life")]:
+        raise RegistryError(f"env.wrappers: fire_reset (env.wrappers[{names.index('fire_reset')}]) comes before "
+                            f"episodic_life (env.wrappers[{names.index('episodic_life')}]); put it after, so that "
+                            "FIRE starts each life, not only each game")
     return out
 
 
@@ -173,40 +178,57 @@ def _ale(env: gym.Env, wrapper: str) -> Any:
     return ale
 
 
+GAME_KEYS = ("game_over", "game_return", "game_length")
+
+
 class EpisodicLife(gym.Wrapper):
     """A lost life ends the episode for learning (``terminated``), and the next ``reset`` continues the
     same game with a no-op step instead of starting a new one (DeepMind's EpisodicLifeEnv, as RLlib's
     and SB3's Atari wrappers do it; gymnasium's ``terminal_on_life_loss`` starts a new game instead).
-    ``info["game_over"]`` says whether the game itself ended: rlrun's episode statistics (training and
-    evaluation) count whole games, so the returns reported stay the game's score; the callbacks' episodes
-    and the ``eps_id`` of the rows are the learning episodes, one a life."""
+    ``info["game_over"]`` says whether the game itself ended, and then ``info["game_return"]`` and
+    ``info["game_length"]`` give its score and its steps, counted here, below the wrappers that add
+    hidden steps (this reset's no-op, ``fire_reset``'s FIRE), as SB3's Monitor counts them: rlrun's
+    episode statistics (training and evaluation) are these whole games. The callbacks' episodes and the
+    rows' ``eps_id`` and ``t`` are the learning episodes, one a life. A game that ends inside a hidden
+    step (only ALE's frame cap can end one there) is not reported."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self._ale = _ale(env, "episodic_life")
         self._lives = 0
         self._life_lost = False  # the last step ended the episode at a lost life, not the game
+        self._return, self._length = 0.0, 0  # the game's so far
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self._return += float(reward)
+        self._length += 1
         game_over = bool(terminated or truncated)
         lives = self._ale.lives()
         self._life_lost = not game_over and 0 < lives < self._lives
         self._lives = lives
         info["game_over"] = game_over
+        if game_over:
+            info["game_return"], info["game_length"] = self._return, self._length
         return obs, reward, terminated or self._life_lost, truncated, info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        if self._life_lost and seed is None:  # play on from where the life was lost
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
-                obs, info = self.env.reset(options=options)
-        else:
+        new_game = not self._life_lost or seed is not None
+        if not new_game:  # play on from where the life was lost
+            obs, _, _, _, info = self.step(0)
+            new_game = info["game_over"]
+        if new_game:
             obs, info = self.env.reset(seed=seed, options=options)
-        info.pop("game_over", None)
+            self._return, self._length = 0.0, 0
+        _drop_game_keys(info)
         self._life_lost = False
         self._lives = self._ale.lives()
         return obs, info
+
+
+def _drop_game_keys(info: dict[str, Any]) -> None:
+    for k in GAME_KEYS:  # a reset's info: no game ends in it that the statistics could see
+        info.pop(k, None)
 
 
 def episodic_life(env: gym.Env) -> gym.Env:
@@ -233,7 +255,7 @@ class FireReset(gym.Wrapper):
             obs, _, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
                 obs, info = self.env.reset(options=options)
-        info.pop("game_over", None)  # a reset's info
+        _drop_game_keys(info)
         return obs, info
 
 

@@ -27,6 +27,7 @@ from rlrun.config.schemas import RunConfig
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
 from rlrun.data.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.envs.copies import env_copies
+from rlrun.envs.multi_agent import Games
 from rlrun.policy.policy import DEFAULT_POLICY_ID, Policy, PolicyMap
 from rlrun.policy.policy_map import copy_spaces
 from rlrun.sources.callbacks import CallbackList, EpisodeTracker
@@ -147,7 +148,7 @@ class RolloutWorker(WorkerBase):
                 count += k if agent_steps is None else int(agent_steps.sum())
             ended = st.episode_end.nonzero()[0]  # one call where .any() and flatnonzero() were two
             if len(ended):
-                self._end_episodes(ended, ended if st.game_end is None else st.game_end.nonzero()[0])
+                self._end_episodes(ended, st.game)
                 if complete:
                     last_end[ended] = step
                     counted_at_end[ended] = counted[ended]
@@ -197,25 +198,30 @@ class RolloutWorker(WorkerBase):
             np.add.at(steps, g.copy, g.acted)
         return steps
 
-    def _end_episodes(self, ended: np.ndarray, games: np.ndarray) -> None:
-        """The copies ``ended`` finished their episodes: ids anew. ``games``: those whose statistics end
-        too (the same copies; with episodic_life, those whose game ended): returns out, counters anew."""
-        k = len(ended)
-        self._eps_id[ended] = self._id_base + self._next_eps + np.arange(k)
-        self._next_eps += k
-        self._episodes.returns.extend(self._ep_return[games].tolist())
-        self._episodes.lengths.extend(self._ep_len[games].tolist())
+    def _end_episodes(self, ended: np.ndarray, games: Games | None) -> None:
+        """The copies ``ended`` finished their episodes: statistics out, counters and ids anew. With
+        ``games`` (episodic_life: an episode a life) the statistics are the games that ended, as the env
+        counted them."""
+        if games is None:
+            self._episodes.returns.extend(self._ep_return[ended].tolist())
+            self._episodes.lengths.extend(self._ep_len[ended].tolist())
+        else:
+            self._episodes.returns.extend(games.returns[games.end].tolist())
+            self._episodes.lengths.extend(games.lengths[games.end].tolist())
         if self._per_agent:  # named policies: their agents' returns (default_policy's are the run's own)
             per_policy = self._episodes.policy_returns
             assert per_policy is not None
-            for c in games.tolist():
+            for c in ended.tolist():
                 for i, a in enumerate(self.agent_names):
                     if self._took_part[i, c]:
                         per_policy.setdefault(self.agent_policy[a], []).append(float(self._agent_return[i, c]))
-            self._agent_return[:, games] = 0.0
-            self._took_part[:, games] = False
-        self._ep_return[games] = 0.0
-        self._ep_len[games] = 0
+            self._agent_return[:, ended] = 0.0
+            self._took_part[:, ended] = False
+        self._ep_return[ended] = 0.0
+        self._ep_len[ended] = 0
+        k = len(ended)
+        self._eps_id[ended] = self._id_base + self._next_eps + np.arange(k)
+        self._next_eps += k
 
     def _restart_episodes(self) -> None:
         """complete_episodes: unfinished episodes were dropped, so every copy starts afresh."""

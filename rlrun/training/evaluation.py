@@ -85,10 +85,13 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
             ret += r
             agent_ret[i] += r
         length += live
-        ended = (st.episode_end if st.game_end is None else st.game_end) & live  # whole games (episodic_life)
-        for c in np.flatnonzero(ended):
-            returns.append(float(ret[c]))
-            lengths.append(int(length[c]))
+        ended = st.episode_end & live
+        games = st.game  # episodic_life: an episode a life; the statistics are whole games, as the env counted them
+        finished, rets, lens = (ended, ret, length) if games is None else (games.end & live, games.returns,
+                                                                           games.lengths)
+        for c in np.flatnonzero(finished):
+            returns.append(float(rets[c]))
+            lengths.append(int(lens[c]))
             done[c] += 1
             for k in np.flatnonzero(took_part[:, c]):
                 per_policy[mapping[names[k]]].append(float(agent_ret[k, c]))
