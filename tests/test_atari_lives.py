@@ -11,6 +11,7 @@ import pytest
 from rlrun.algos.algorithm import make_policy
 from rlrun.algos.dqn import DQNConfig
 from rlrun.config.schemas import EnvConfig, RolloutConfig
+from rlrun.core.errors import PluginError
 from rlrun.core.registry import WRAPPERS, RegistryError
 from rlrun.data.batch import SampleBatch as SB
 from rlrun.envs.make import env_from_config
@@ -28,12 +29,15 @@ load_builtins()
 PREPROCESS = {"name": "atari_preprocessing", "noop_max": 0, "screen_size": 42}
 LIVES = [PREPROCESS, "episodic_life", "fire_reset"]
 GAMES: list[tuple[float, int]] = []  # what game_truth saw: each game's score and steps
+ABANDONED: list[int] = []  # games reset before their end: their steps
 
 
 class GameTruth(gym.Wrapper):
     """Below episodic_life, as SB3's Monitor: every step of every game counted, hidden ones too."""
 
     def reset(self, **kwargs):
+        if getattr(self, "_game", [0.0, 0])[1]:
+            ABANDONED.append(self._game[1])
         self._game = [0.0, 0]
         return self.env.reset(**kwargs)
 
@@ -43,6 +47,7 @@ class GameTruth(gym.Wrapper):
         self._game[1] += 1
         if terminated or truncated:
             GAMES.append((self._game[0], self._game[1]))
+            self._game = [0.0, 0]
         return obs, reward, terminated, truncated, info
 
 
@@ -115,6 +120,8 @@ def test_the_wrappers_refuse_envs_without_lives_or_fire():
     assert "FireReset" in str(breakout([{"name": "fire_reset", "missing_ok": True}]))
     with pytest.raises(RegistryError, match=r"fire_reset \(env.wrappers\[1\]\) comes before episodic_life"):
         parse_wrappers([PREPROCESS, "fire_reset", "episodic_life"])
+    with pytest.raises(RegistryError, match=r"time_limit \(env.wrappers\[2\]\) comes after episodic_life"):
+        parse_wrappers([PREPROCESS, "episodic_life", {"name": "time_limit", "max_episode_steps": 100}])
 
 
 def _policy(obs_space, act_space):
@@ -126,11 +133,12 @@ ENV = EnvConfig(id="ALE/Breakout-v5", kwargs={"frameskip": 1, "repeat_action_pro
                 wrappers=[*LIVES, {"name": "frame_stack", "stack_size": 2}])
 
 
-@pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
-def test_training_statistics_count_whole_games_while_the_learner_sees_one_episode_a_life(batch_mode):
+@pytest.mark.parametrize(("batch_mode", "copies"), [("truncate_episodes", 1), ("complete_episodes", 2)])
+def test_training_statistics_count_whole_games_while_the_learner_sees_one_episode_a_life(batch_mode, copies):
     env = EnvConfig(id=ENV.id, kwargs=ENV.kwargs, wrappers=[PREPROCESS, "game_truth", *ENV.wrappers[1:]])
-    rollout = RolloutConfig(num_envs_per_worker=1, rollout_fragment_length=100, batch_mode=batch_mode)
+    rollout = RolloutConfig(num_envs_per_worker=copies, rollout_fragment_length=100, batch_mode=batch_mode)
     GAMES.clear()
+    ABANDONED.clear()
     worker = RolloutWorker(WorkerSpec(env=env, rollout=rollout, seed=0), _policy)
     try:
         terminated, eps_ids, t = [], [], []
@@ -145,11 +153,14 @@ def test_training_statistics_count_whole_games_while_the_learner_sees_one_episod
             returns += stats.returns
             lengths += stats.lengths
             assert len(terminated) < 20_000
-        # the statistics are the games as a monitor below the wrappers saw them, hidden steps included
+        # the statistics are the games as a monitor below the wrappers saw them, hidden steps included; no
+        # game is cut short (complete_episodes starts its episodes afresh at each sample, a copy in the middle
+        # of a life too: its game plays on)
         assert list(zip(returns, lengths, strict=True)) == GAMES[: len(returns)]
+        assert ABANDONED == []
         # the learner's rows: an episode (its own eps_id, t from 0) for each life
         ends = np.flatnonzero(terminated)
-        assert len(ends) >= 10 and len(np.unique(eps_ids[: ends[9] + 1])) == 10
+        assert copies > 1 or len(ends) >= 10 and len(np.unique(eps_ids[: ends[9] + 1])) == 10
         starts = np.flatnonzero(np.r_[True, np.diff(eps_ids) != 0])
         assert all(t[k] == 0 for k in starts) and all(t[k] == t[k - 1] + 1 for k in range(1, len(t)) if k not in starts)
     finally:
@@ -194,5 +205,19 @@ def test_games_reported_with_numpy_scalars_reach_the_statistics():
         assert st.game.end.tolist() == st.episode_end.tolist()
         assert st.game.returns[st.game.end].tolist() == [1.5] * int(st.game.end.sum())
         assert st.game.lengths[st.game.end].tolist() == [3] * int(st.game.end.sum())
+    finally:
+        copies.close()
+
+    class NoScore(gym.Wrapper):  # says game_over but not the game's score and steps
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return obs, reward, terminated, truncated, {**info, "game_over": terminated or truncated}
+
+    copies = OneAgentEnv(gym.vector.SyncVectorEnv([lambda: NoScore(gym.make("CartPole-v1"))]))
+    try:
+        copies.reset(seed=0)
+        with pytest.raises(PluginError, match="game_over without game_return and game_length"):
+            for _ in range(500):
+                copies.step({AGENT: np.zeros(1, np.int64)})
     finally:
         copies.close()

@@ -82,6 +82,9 @@ class OneAgentEnv:
         over[over] = np.asarray(infos["game_over"])[over].astype(bool)  # an object array where an env gave np.bool_
         returns, lengths = np.zeros(len(end)), np.zeros(len(end), np.int64)
         if over.any():
+            if "game_return" not in infos or "game_length" not in infos:
+                raise PluginError("env: its info says game_over without game_return and game_length (the game's "
+                                  "score and steps, as the episodic_life wrapper gives them)")
             returns[over] = np.asarray(infos["game_return"])[over].astype(np.float64)
             lengths[over] = np.asarray(infos["game_length"])[over].astype(np.int64)
         return Games(over, returns, lengths)

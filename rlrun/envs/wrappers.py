@@ -44,12 +44,23 @@ def parse_wrappers(items: Sequence[Any]) -> list[WrapperSpec]:
         entry = WRAPPERS.entry(name, f"{key}.name")
         _check_arguments(entry.obj, kwargs, f"{key} ({name})")
         out.append(WrapperSpec(name, kwargs, key))
-    names = [s.name for s in out]
-    if "episodic_life" in names and "fire_reset" in names[: names.index("episodic_life")]:
-        raise RegistryError(f"env.wrappers: fire_reset (env.wrappers[{names.index('fire_reset')}]) comes before "
-                            f"episodic_life (env.wrappers[{names.index('episodic_life')}]); put it after, so that "
-                            "FIRE starts each life, not only each game")
+    _check_lives_order([s.name for s in out])
     return out
+
+
+def _check_lives_order(names: list[str]) -> None:
+    """episodic_life counts whole games: what skips frames or ends episodes goes below it, FIRE above."""
+    if "episodic_life" not in names:
+        return
+    at = names.index("episodic_life")
+    for i, name in enumerate(names):
+        if name == "fire_reset" and i < at:
+            raise RegistryError(f"env.wrappers: fire_reset (env.wrappers[{i}]) comes before episodic_life "
+                                f"(env.wrappers[{at}]); put it after, so that FIRE starts each life, not only each "
+                                "game")
+        if name in ("atari_preprocessing", "time_limit") and i > at:
+            raise RegistryError(f"env.wrappers: {name} (env.wrappers[{i}]) comes after episodic_life "
+                                f"(env.wrappers[{at}]); put it before, so that episodic_life sees whole games")
 
 
 def _check_arguments(fn: Callable[..., Any], kwargs: dict[str, Any], where: str) -> None:
@@ -185,43 +196,46 @@ class EpisodicLife(gym.Wrapper):
     """A lost life ends the episode for learning (``terminated``), and the next ``reset`` continues the
     same game with a no-op step instead of starting a new one (DeepMind's EpisodicLifeEnv, as RLlib's
     and SB3's Atari wrappers do it; gymnasium's ``terminal_on_life_loss`` starts a new game instead).
+    Only a game's end or a seed starts a new game: a reset in the middle of a life (a worker with
+    ``batch_mode: complete_episodes`` starting its episodes afresh) plays the game on too.
     ``info["game_over"]`` says whether the game itself ended, and then ``info["game_return"]`` and
     ``info["game_length"]`` give its score and its steps, counted here, below the wrappers that add
     hidden steps (this reset's no-op, ``fire_reset``'s FIRE), as SB3's Monitor counts them: rlrun's
     episode statistics (training and evaluation) are these whole games. The callbacks' episodes and the
     rows' ``eps_id`` and ``t`` are the learning episodes, one a life. A game that ends inside a hidden
-    step (only ALE's frame cap can end one there) is not reported."""
+    step (ALE's frame cap landing on one) is not reported. Wrappers that step or end episodes
+    (``atari_preprocessing``, ``time_limit``) go before it: their games would not be seen whole."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self._ale = _ale(env, "episodic_life")
         self._lives = 0
-        self._life_lost = False  # the last step ended the episode at a lost life, not the game
+        self._game_over = True  # no game under way: the next reset starts one
         self._return, self._length = 0.0, 0  # the game's so far
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._return += float(reward)
         self._length += 1
-        game_over = bool(terminated or truncated)
+        self._game_over = game_over = bool(terminated or truncated)
         lives = self._ale.lives()
-        self._life_lost = not game_over and 0 < lives < self._lives
+        life_lost = not game_over and 0 < lives < self._lives
         self._lives = lives
         info["game_over"] = game_over
         if game_over:
             info["game_return"], info["game_length"] = self._return, self._length
-        return obs, reward, terminated or self._life_lost, truncated, info
+        return obs, reward, terminated or life_lost, truncated, info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        new_game = not self._life_lost or seed is not None
-        if not new_game:  # play on from where the life was lost
+        new_game = self._game_over or seed is not None
+        if not new_game:  # a lost life (or a worker starting its episodes afresh): play the game on
             obs, _, _, _, info = self.step(0)
             new_game = info["game_over"]
         if new_game:
             obs, info = self.env.reset(seed=seed, options=options)
             self._return, self._length = 0.0, 0
+            self._game_over = False
         _drop_game_keys(info)
-        self._life_lost = False
         self._lives = self._ale.lives()
         return obs, info
 
