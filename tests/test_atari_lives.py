@@ -160,7 +160,7 @@ def test_training_statistics_count_whole_games_while_the_learner_sees_one_episod
         assert ABANDONED == []
         # the learner's rows: an episode (its own eps_id, t from 0) for each life
         ends = np.flatnonzero(terminated)
-        assert copies > 1 or len(ends) >= 10 and len(np.unique(eps_ids[: ends[9] + 1])) == 10
+        assert copies > 1 or (len(ends) >= 10 and len(np.unique(eps_ids[: ends[9] + 1])) == 10)
         starts = np.flatnonzero(np.r_[True, np.diff(eps_ids) != 0])
         assert all(t[k] == 0 for k in starts) and all(t[k] == t[k - 1] + 1 for k in range(1, len(t)) if k not in starts)
     finally:
