@@ -181,11 +181,15 @@ def atari_preprocessing(env: gym.Env, noop_max: int = 30, frame_skip: int = 4, s
                          'pip install -e ".[atari]"') from None
 
 
+def _env_name(env: gym.Env) -> str:
+    return env.spec.id if env.spec else type(env.unwrapped).__name__
+
+
 def _ale(env: gym.Env, wrapper: str) -> Any:
     ale = getattr(env.unwrapped, "ale", None)
     if ale is None:
         raise ValueError(f"{wrapper} needs an Atari env (ale-py's, which has lives and a FIRE button); "
-                         f"{env.spec.id if env.spec else type(env.unwrapped).__name__} is not one")
+                         f"{_env_name(env)} is not one")
     return ale
 
 
@@ -254,14 +258,7 @@ def episodic_life(env: gym.Env) -> gym.Env:
 class FireReset(gym.Wrapper):
     """Press FIRE (then the next action) after each reset, for games that wait for it to start
     (Breakout's ball; DeepMind's FireResetEnv, as RLlib and SB3 apply it). After ``episodic_life`` it
-    fires at each new life too."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        meanings = _action_meanings(env)
-        if not _fires(meanings):
-            raise ValueError(f"fire_reset needs a game whose action 1 is FIRE; "
-                             f"{env.spec.id if env.spec else 'this one'} has {meanings}")
+    fires at each new life too. ``fire_reset`` checks that the game's action 1 is FIRE."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
@@ -276,19 +273,14 @@ class FireReset(gym.Wrapper):
 def fire_reset(env: gym.Env, missing_ok: bool = False) -> gym.Env:
     """Press FIRE after each reset (``FireReset``). ``missing_ok``: leave a game without FIRE as it is
     (RLlib's rule, so one setting serves a sweep over games); otherwise such a game is refused."""
-    if missing_ok and not _fires(_action_meanings(env)):
-        return env
-    return FireReset(env)
-
-
-def _action_meanings(env: gym.Env) -> list[str]:
     _ale(env, "fire_reset")
     unwrapped: Any = env.unwrapped  # ale-py's AtariEnv
-    return list(unwrapped.get_action_meanings())
-
-
-def _fires(meanings: list[str]) -> bool:
-    return len(meanings) >= 3 and meanings[1] == "FIRE"
+    meanings = list(unwrapped.get_action_meanings())
+    if len(meanings) >= 3 and meanings[1] == "FIRE":
+        return FireReset(env)
+    if missing_ok:
+        return env
+    raise ValueError(f"fire_reset needs a game whose action 1 is FIRE; {_env_name(env)} has {meanings}")
 
 
 def time_limit(env: gym.Env, max_episode_steps: int) -> gym.Env:

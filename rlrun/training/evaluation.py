@@ -86,9 +86,10 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
             agent_ret[i] += r
         length += live
         ended = st.episode_end & live
-        games = st.game  # episodic_life: an episode a life; the statistics are whole games, as the env counted them
-        finished, rets, lens = (ended, ret, length) if games is None else (games.end & live, games.returns,
-                                                                           games.lengths)
+        if st.game is None:
+            finished, rets, lens = ended, ret, length
+        else:  # episodic_life: an episode a life; the statistics are whole games, as the env counted them
+            finished, rets, lens = st.game.end & live, st.game.returns, st.game.lengths
         for c in np.flatnonzero(finished):
             returns.append(float(rets[c]))
             lengths.append(int(lens[c]))
