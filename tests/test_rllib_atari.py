@@ -121,7 +121,8 @@ def _translated(text: str):
      {"model.hiddens": "[]", "model.vf_share_layers": "true", "algo.clip_rewards": "true",
       "env.kwargs": "{frameskip: 1, full_action_space: false, repeat_action_probability: 0.0}"}),
     (SAC_FILE, "twin_q_cnn", "MsPacmanNoFrameskip-v4,PongNoFrameskip-v4",
-     {"model.hiddens": "[512]", "model.critic_hiddens": "[512]", "algo.clip_rewards": "1.0", "algo.tau": "1.0"}),
+     {"model.hiddens": "[512]", "model.critic_hiddens": "[512]", "algo.clip_rewards": "1.0", "algo.tau": "1.0",
+      "min_time_s_per_iteration": "1"}),  # RLlib's SAC: its file's 4-step iterations last a second each
 ], ids=["dqn", "ppo", "sac"])
 def test_rllibs_atari_files_are_a_sweep_over_their_games_with_deepmind_frames_and_the_vision_net(text, model, envs,
                                                                                                     extra):

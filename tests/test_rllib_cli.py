@@ -136,6 +136,10 @@ def test_rllibs_sac_file_for_cartpole_trains_a_discrete_sac_with_the_files_setti
     assert (params["algo.name"], params["model.name"], params["algo.gamma"]) == ("sac", "twin_q_mlp", "0.95")
     assert (params["algo.tau"], params["algo.target_network_update_freq"], params["algo.alpha_lr"]) == (
         "1.0", "32", "0.0001")
+    # RLlib's SAC iterates for at least 1 s: every MLflow row is an iteration that long
+    took = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(run.info.run_id,
+                                                                                           "time/iteration_s")
+    assert params["min_time_s_per_iteration"] == "1.0" and took and min(m.value for m in took) >= 1.0
 
 
 def test_an_env_id_gymnasium_retired_is_mapped_to_its_successor_and_said_once():
@@ -217,6 +221,28 @@ def test_rllib_defaults_apply_where_a_file_sets_nothing():
     # RLlib's 2 default rollout workers are as many env copies in-process
     assert ppo["algo.train_batch_size"] == "4000" and ppo["rollout.num_envs_per_worker"] == "2"
     assert "rollout" not in ppo and ppo["loss.clip_param"] == "0.3"
+
+
+def test_an_iteration_lasts_rllibs_minimum_time_and_steps_the_older_names_included():
+    def minimums(run, **config):
+        tr = translate({"run": run, "env": "Pendulum-v1" if run in ("SAC", "TD3") else "CartPole-v1",
+                        "config": config}, "m")
+        assert not tr.ignored, tr.ignored
+        return {k: v for k, v in (o.split("=", 1) for o in tr.overrides) if k.startswith("min_")}
+
+    # RLlib's own defaults: SAC 1 s, A3C 5 s, A2C and APPO 10 s; none for PPO, PG, DQN, TD3
+    assert [minimums(r).get("min_time_s_per_iteration") for r in ("SAC", "A3C", "A2C", "APPO")] == [
+        "1", "5", "10", "10"]
+    assert all(minimums(r) == {} for r in ("PPO", "PG", "DQN", "TD3"))
+    assert minimums("SAC", min_time_s_per_iteration=None) == {} and minimums("SAC", min_time_s_per_iteration=0) == {}
+    assert minimums("A2C", min_time_s_per_reporting=2) == {"min_time_s_per_iteration": "2"}  # Ray 1.x's name
+    # an on-policy run repeats its rounds until that many env steps, as RLlib repeats its training step
+    assert minimums("PPO", timesteps_per_iteration=8000) == {"min_sample_timesteps_per_iteration": "8000"}
+    assert minimums("PPO", min_sample_timesteps_per_reporting=100, min_sample_timesteps_per_iteration=9000) == {
+        "min_sample_timesteps_per_iteration": "9000"}  # today's name wins over the older one
+    # off-policy: the steps' minimum is the round's rows (one report per round, as before)
+    sac = translate({"run": "SAC", "env": "Pendulum-v1", "config": {"timesteps_per_iteration": 1000}}, "s")
+    assert "algo.train_batch_size=1000" in sac.overrides
 
 
 BAD = {

@@ -248,6 +248,26 @@ def test_an_iteration_of_many_rounds_is_those_rounds_as_iterations():
         many.stop()
 
 
+def test_min_time_s_per_iteration_holds_an_iteration_open_for_that_long_as_rounds():
+    """min_time_s_per_iteration (RLlib's key) repeats 1-step rounds until the iteration has run that long, and
+    with min_sample_timesteps_per_iteration until both minimums are met; 0 and 0 are one round."""
+    from rlrun import make_trainer
+
+    base = ["+experiment=sac_pendulum", "tracking=none", "algo.train_batch_size=1", "rollout.rollout_fragment_length=1",
+            "algo.learning_starts=100000", "evaluation.interval=0", "checkpoint.every_n_iters=0"]
+    timed = make_trainer([*base, "min_time_s_per_iteration=0.3"])
+    both = make_trainer([*base, "min_time_s_per_iteration=0.01", "min_sample_timesteps_per_iteration=5000"])
+    once = make_trainer(base)
+    try:
+        first, second = timed.train(), timed.train()
+        for r in (first, second):
+            assert r["time/iteration_s"] >= 0.3 and r["rollout/env_steps_this_iter"] > 10  # many 1-step rounds
+        assert second["timesteps_total"] == first["rollout/env_steps_this_iter"] + second["rollout/env_steps_this_iter"]
+        assert both.train()["rollout/env_steps_this_iter"] == 5000  # the steps' minimum outlasts 10 ms
+        assert once.train()["rollout/env_steps_this_iter"] == 1
+    finally:
+        for tr in (timed, both, once):
+            tr.stop()
 @pytest.mark.parametrize(("overrides", "want"), [
     (["+experiment=sac_pendulum"], {"rlrun.action_dist": "squashed_gaussian"}),  # twin_q_mlp's own on a Box
     (["+experiment=td3_pendulum"], {"rlrun.action_dist": "deterministic"}),  # set in the preset

@@ -14,14 +14,14 @@ RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
                          "free_log_std": False}},
     "PG": {"lr": 0.0004, "rollout_fragment_length": "auto", "train_batch_size": 200, "num_workers": 0},
     "A2C": {"lr": 0.0001, "grad_clip": 40.0, "lambda": 1.0, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01,
-            "rollout_fragment_length": "auto", "num_workers": 2},
+            "rollout_fragment_length": "auto", "num_workers": 2, "min_time_s_per_iteration": 10},
     "PPO": {"lr": 5e-5, "train_batch_size": 4000, "sgd_minibatch_size": 128, "num_sgd_iter": 30, "lambda": 1.0,
             "kl_coeff": 0.2, "kl_target": 0.01, "vf_loss_coeff": 1.0, "entropy_coeff": 0.0, "clip_param": 0.3,
             "vf_clip_param": 10.0, "rollout_fragment_length": "auto", "num_workers": 2,
             "model": {"vf_share_layers": False}},
     "APPO": {"lr": 0.0005, "train_batch_size": 500, "rollout_fragment_length": 50, "num_sgd_iter": 1,
              "lambda": 1.0, "clip_param": 0.4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01, "grad_clip": 40.0,
-             "num_workers": 2, "vtrace": True},
+             "num_workers": 2, "vtrace": True, "min_time_s_per_iteration": 10},
     "DQN": {"lr": 0.0005, "train_batch_size": 32, "rollout_fragment_length": "auto", "n_step": 1, "double_q": True,
             "dueling": True, "hiddens": [256], "target_network_update_freq": 500, "grad_clip": 40.0,
             "num_steps_sampled_before_learning_starts": 1000, "min_sample_timesteps_per_iteration": 1000,
@@ -31,7 +31,7 @@ RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
             "exploration_config": {"initial_epsilon": 1.0, "final_epsilon": 0.02, "epsilon_timesteps": 10000}},
     "SAC": {"train_batch_size": 256, "rollout_fragment_length": "auto", "tau": 0.005, "initial_alpha": 1.0,
             "n_step": 1, "num_steps_sampled_before_learning_starts": 1500, "min_sample_timesteps_per_iteration": 100,
-            "replay_buffer_config": {"capacity": 1000000},
+            "min_time_s_per_iteration": 1, "replay_buffer_config": {"capacity": 1000000},
             "optimization": {"actor_learning_rate": 0.0003, "critic_learning_rate": 0.0003,
                              "entropy_learning_rate": 0.0003},
             "q_model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"},
@@ -52,7 +52,7 @@ RLLIB_DEFAULTS: dict[str, dict[str, Any]] = {
     "BC": {"lr": 0.0001, "train_batch_size": 2000, "beta": 0.0},
     "MARWIL": {"lr": 0.0001, "train_batch_size": 2000, "beta": 1.0, "vf_coeff": 1.0},
 }
-RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10}
+RLLIB_DEFAULTS["A3C"] = {**RLLIB_DEFAULTS["A2C"], "rollout_fragment_length": 10, "min_time_s_per_iteration": 5}
 
 # RLlib's model-dict defaults for image observations (``MODEL_DEFAULTS``): the frame size and stacking of its
 # DeepMind preprocessing (``preprocessor_pref: deepmind``), and its vision net's layers after the convolutions

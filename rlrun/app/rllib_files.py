@@ -17,6 +17,7 @@ from rlrun.app.rllib_config import (
     IGNORED,
     KEYS,
     OFF_POLICY,
+    RENAMED,
     WORKER_CPU_KEYS,
     Context,
     Translation,
@@ -78,6 +79,8 @@ def translate(spec: Mapping[str, Any], name: str = "experiment") -> Translation:
     user = spec.get("config") or {}
     if not isinstance(user, Mapping):
         raise ConfigError(f"{name}.config: expected a mapping of RLlib config keys, got {user!r}")
+    user = {**{RENAMED[k]: v for k, v in user.items() if k in RENAMED},
+            **{k: v for k, v in user.items() if k not in RENAMED}}
     env = spec["env"] if "env" in spec else user.get("env")  # RLlib's: the experiment's env over the config's
     if not (isinstance(env, Mapping) and "grid_search" in env):
         return _translate(spec, name, user, env)
@@ -222,6 +225,8 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
             freq = int(config.get("target_network_update_freq") or 0)
             out.append(("algo.target_network_update_freq", max(1, round(freq * intensity / batch))))
         return out
+    if config.get("min_sample_timesteps_per_iteration"):  # on-policy: RLlib repeats its step until that many
+        out.append(("min_sample_timesteps_per_iteration", int(config["min_sample_timesteps_per_iteration"])))
     if frag == "auto":
         if batch % per_round:
             tr.notes.append(f"train_batch_size {batch} is not a multiple of {per_round} env copies: "

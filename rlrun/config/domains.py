@@ -109,7 +109,7 @@ DOMAINS: dict[str, Rule] = {
     "episode_timeout_s": positive, "max_request_bytes": at_least(1024), "finish_grace_s": non_negative,
     # run
     "seed": between(0, MAX_SEED), "torch_threads": at_least(1), "metrics_num_episodes_for_smoothing": at_least(1),
-    "min_sample_timesteps_per_iteration": at_least(0),
+    "min_sample_timesteps_per_iteration": at_least(0), "min_time_s_per_iteration": non_negative,
     "every_n_iters": non_negative, "keep_last": at_least(1), "interval": non_negative, "num_episodes": at_least(1),
     "num_envs": at_least(1),
 }

@@ -183,6 +183,9 @@ class RunConfig:
     # an iteration repeats sampling train_batch_size rows and learning on them until it has sampled this
     # many env steps (RLlib's key; 0: once): one update per env step, reported per thousand
     min_sample_timesteps_per_iteration: int = 0
+    # ... and until it has run this many seconds (RLlib's key; 0: no minimum): a report, an evaluation check and
+    # an MLflow row per second, say, however short a round is
+    min_time_s_per_iteration: float = 0.0
     progress: bool = True  # live console progress line
     experiment: str | None = None  # name of the +experiment preset, set by the cli
     resume: str | None = None  # a checkpoint dir, an MLflow run id, or "latest"

@@ -107,9 +107,9 @@ class Trainer:
     def train(self) -> dict[str, float]:
         """Run one iteration; return counters and metrics. An iteration is one round of sampling
         ``train_batch_size`` rows and learning on them, repeated until it has sampled
-        ``min_sample_timesteps_per_iteration`` env steps (RLlib's key; 0: one round): an off-policy run
-        can take one update per env step (SB3's ``train_freq=1``) and still report, evaluate and
-        record per thousand env steps."""
+        ``min_sample_timesteps_per_iteration`` env steps and run ``min_time_s_per_iteration`` seconds
+        (RLlib's keys; 0 and 0: one round): an off-policy run can take one update per env step (SB3's
+        ``train_freq=1``) and still report, evaluate and record per thousand env steps, or per second."""
         t0 = time.perf_counter()
         env_steps = agent_steps = rows = 0
         sample_s = learn_s = sync_s = 0.0
@@ -129,7 +129,8 @@ class Trainer:
                                       broadcast=self.algorithm.async_broadcast_interval is None)
             d = time.perf_counter()
             sample_s, learn_s, sync_s = sample_s + b - a, learn_s + c - b, sync_s + d - c
-            if env_steps >= self.cfg.min_sample_timesteps_per_iteration:
+            if (env_steps >= self.cfg.min_sample_timesteps_per_iteration
+                    and d - t0 >= self.cfg.min_time_s_per_iteration):
                 break
         t3 = time.perf_counter()
         stats = rounds[0] if len(rounds) == 1 else self._merge_rounds(rounds)
