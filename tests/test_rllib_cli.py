@@ -233,16 +233,35 @@ def test_an_iteration_lasts_rllibs_minimum_time_and_steps_the_older_names_includ
     # RLlib's own defaults: SAC 1 s, A3C 5 s, A2C and APPO 10 s; none for PPO, PG, DQN, TD3
     assert [minimums(r).get("min_time_s_per_iteration") for r in ("SAC", "A3C", "A2C", "APPO")] == [
         "1", "5", "10", "10"]
-    assert all(minimums(r) == {} for r in ("PPO", "PG", "DQN", "TD3"))
-    assert minimums("SAC", min_time_s_per_iteration=None) == {} and minimums("SAC", min_time_s_per_iteration=0) == {}
+    assert all("min_time_s_per_iteration" not in minimums(r) for r in ("PPO", "PG", "DQN", "TD3"))
+    assert minimums("DQN") == minimums("TD3") == {"min_sample_timesteps_per_iteration": "1000"}  # RLlib's
+    assert minimums("SAC", min_time_s_per_iteration=None) == minimums("SAC", min_time_s_per_iteration=0) == {
+        "min_sample_timesteps_per_iteration": "100"}
     assert minimums("A2C", min_time_s_per_reporting=2) == {"min_time_s_per_iteration": "2"}  # Ray 1.x's name
     # an on-policy run repeats its rounds until that many env steps, as RLlib repeats its training step
     assert minimums("PPO", timesteps_per_iteration=8000) == {"min_sample_timesteps_per_iteration": "8000"}
     assert minimums("PPO", min_sample_timesteps_per_reporting=100, min_sample_timesteps_per_iteration=9000) == {
         "min_sample_timesteps_per_iteration": "9000"}  # today's name wins over the older one
-    # off-policy: the steps' minimum is the round's rows (one report per round, as before)
     sac = translate({"run": "SAC", "env": "Pendulum-v1", "config": {"timesteps_per_iteration": 1000}}, "s")
-    assert "algo.train_batch_size=1000" in sac.overrides
+    assert "min_sample_timesteps_per_iteration=1000" in sac.overrides
+
+
+@pytest.mark.parametrize(("config", "rows", "intensity", "iteration"), [
+    ({}, 1, 256.0, "100"),  # RLlib's SAC: one env step, one update of 256 rows; 100 env steps an iteration
+    ({"rollout_fragment_length": 4, "train_batch_size": 64}, 4, 16.0, "100"),  # a 4-step fragment, one update
+    ({"n_step": 3, "min_sample_timesteps_per_iteration": 0}, 3, 256 / 3, None),  # RLlib's auto fragment: n_step
+    ({"training_intensity": 1024.0}, 1, 1024.0, "100"),  # above the natural 256: 4 updates after each step
+    ({"training_intensity": 32.0}, 8, 32.0, "100"),  # below it (1/8): fragments of 8 steps before each update
+    ({"num_envs_per_worker": 4, "min_sample_timesteps_per_iteration": 2}, 4, 64.0, None),  # a step of each copy
+])
+def test_an_off_policy_file_alternates_sampling_and_updates_as_rllibs_training_step_does(config, rows, intensity,
+                                                                                          iteration):
+    o = dict(x.split("=", 1) for x in translate({"run": "SAC", "env": "Pendulum-v1", "config": config}, "s").overrides
+             if "=" in x)
+    assert (o["algo.train_batch_size"], float(o["algo.training_intensity"])) == (str(rows), pytest.approx(intensity))
+    updates = round(float(o["algo.training_intensity"]) * rows / int(o["algo.sgd_minibatch_size"]))
+    assert updates == (4 if intensity == 1024.0 else 1)  # per round, as rlrun's replay_steps counts them
+    assert o.get("min_sample_timesteps_per_iteration") == iteration
 
 
 BAD = {

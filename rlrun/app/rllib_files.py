@@ -213,14 +213,20 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
     frag = config.get("rollout_fragment_length", "auto")
     batch = int(config.get("train_batch_size", 200))
     per_round = envs * max(workers, 1)
-    if run in OFF_POLICY:  # RLlib's train_batch_size is the SGD minibatch; iterations sample min_sample_timesteps
+    if run in OFF_POLICY:  # RLlib's train_batch_size is the SGD minibatch
         frag = int(config.get("n_step", 1)) if frag == "auto" else int(frag)  # RLlib's "auto" here: n_step
         step_rows = frag * per_round
-        iteration = max(int(config.get("min_sample_timesteps_per_iteration", 1000)), step_rows)
         intensity = float(config.get("training_intensity") or batch / step_rows)
+        # RLlib's training step, rlrun's round: a fragment from each copy, then one update of train_batch_size rows
+        # (more with a training_intensity above the natural batch / fragment; fragments from as many steps before
+        # the update, where it is below); the step repeats until min_sample_timesteps_per_iteration env steps
+        ratio = intensity * step_rows / batch
+        round_rows = step_rows * (max(1, round(1 / ratio)) if ratio < 1 else 1)
+        iteration = int(config.get("min_sample_timesteps_per_iteration") or 0)
         out += [("algo.sgd_minibatch_size", batch), ("algo.training_intensity", intensity),
-                ("algo.train_batch_size", math.ceil(iteration / step_rows) * step_rows),
-                ("rollout.rollout_fragment_length", "auto")]
+                ("algo.train_batch_size", round_rows), ("rollout.rollout_fragment_length", "auto")]
+        if iteration > round_rows:
+            out.append(("min_sample_timesteps_per_iteration", iteration))
         if run == "SAC":  # RLlib's target update every that many env steps (0: every update); rlrun's counts updates
             freq = int(config.get("target_network_update_freq") or 0)
             out.append(("algo.target_network_update_freq", max(1, round(freq * intensity / batch))))
