@@ -51,7 +51,8 @@ def test_python_dash_m_runs_debug_fast_and_prints_progress(cli):
     (["env.kwargs.x=1"], "To add a key that is not in the config use +env.kwargs.x=<value>"),
     (["+experiment=ppo_cartpole", "algo=dqn"], "algo.gae_lambda is set by +experiment=ppo_cartpole, not by you"),
     (["loss=seed_pg", "plugins=[seedpg]"], "'seed_pg' is a registered loss; use loss=custom loss.name=seed_pg"),
-    (["multiagent.policies={me: {}}"], "replace it whole with ++multiagent.policies=<value>"),
+    (["multiagent.policies={me: {}}"], "replace it whole with ~multiagent.policies +multiagent.policies=<value>"),
+    (["+experiment=ppo_breakout", "env.kwargs={episodic_life: true}"], "~env.kwargs +env.kwargs=<value>"),
 ])
 def test_common_mistakes_get_one_line_with_the_fix(refuse, tmp_path, args, hint):
     (tmp_path / "seedpg.py").write_text(

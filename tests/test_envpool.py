@@ -42,9 +42,76 @@ def test_ids_envpool_lacks_and_bad_kwargs_are_one_line():
         make_vector_env("CartPole-v1", 2, {"bogus": 1}, vectorize="envpool")
 
 
+def _play(env, steps: int, seed: int = 0) -> dict[str, list]:
+    """Random play on a vector env: per sub-env the learning episodes, and the games it reports, each
+    beside the truth counted here from the steps (an autoreset step, after an episode's end, is not one)."""
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    n = env.num_envs
+    score, length, lives_ended = np.zeros(n), np.zeros(n, int), np.zeros(n, int)
+    reset_step = np.zeros(n, bool)
+    out: dict[str, list] = {"games": [], "truth": [], "lives": []}
+    for _ in range(steps):
+        _, rew, term, trunc, info = env.step(rng.integers(0, env.single_action_space.n, n))
+        score += np.where(reset_step, 0.0, rew)
+        length += ~reset_step
+        ended = (term | trunc) & ~reset_step
+        lives_ended += ended
+        for i in np.flatnonzero(ended & info["game_over"]):
+            out["games"].append((float(info["game_return"][i]), int(info["game_length"][i])))
+            out["truth"].append((float(score[i]), int(length[i])))
+            out["lives"].append(int(lives_ended[i]))
+            score[i], length[i], lives_ended[i] = 0.0, 0, 0
+        assert not (info["game_over"] & ~ended).any()  # a game ends only where an episode does
+        reset_step = ended
+    return out
+
+
+def test_envpools_atari_episodic_life_reports_whole_games():
+    """EnvPool's own episodic_life ends an episode per lost life; the games' score and steps come back
+    as rlrun's game keys (the episode statistics' games, as with the episodic_life wrapper)."""
+    env = make_vector_env("SpaceInvaders-v5", 2, {"episodic_life": True}, vectorize="envpool")
+    try:
+        played = _play(env, 4000)
+    finally:
+        env.close()
+    assert len(played["games"]) >= 4 and played["games"] == played["truth"], played
+    assert set(played["lives"]) == {3}  # SpaceInvaders' three lives: three episodes a game
+    clipped = make_vector_env("SpaceInvaders-v5", 2, {"episodic_life": True, "reward_clip": True}, vectorize="envpool")
+    try:
+        played = _play(clipped, 4000)
+    finally:
+        clipped.close()
+    # the game's own score (5-30 an invader), not the clipped rewards the learner sees (one each)
+    assert played["games"] and all(g[0] > t[0] > 0 for g, t in zip(played["games"], played["truth"], strict=True))
+    plain = make_vector_env("SpaceInvaders-v5", 2, vectorize="envpool")
+    try:
+        _, _, _, _, info = plain.step(np.zeros(2, dtype=np.int64))
+        assert info == {}  # without episodic_life an episode is a game: nothing to add
+    finally:
+        plain.close()
+
+
+@pytest.mark.slow
+def test_a_run_on_envpools_breakout_with_episodic_life_records_games(tmp_path):
+    p = run_cli(["+experiment=ppo_breakout", "env.id=Breakout-v5", "env.vectorize=envpool", "env.wrappers=[]",
+                 "~env.kwargs", "+env.kwargs={episodic_life: true}", "stop.timesteps_total=2048",
+                 "algo.train_batch_size=512", "seed=0"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.data.params["env.kwargs.episodic_life"] == "True"
+    # random play loses Breakout's 5 lives in ~35 steps each: a game is ~170
+    assert run.data.metrics["rollout/episode_len_mean"] >= 100, run.data.metrics
+
+
 @pytest.mark.parametrize(("args", "expect"), [
     (["env.id=Taxi-v4"], "env.vectorize: envpool has no env 'Taxi-v4'"),
     (["+env.kwargs.bogus=1"], "env.kwargs: envpool's CartPole-v1 rejected {'bogus': 1}"),
+    (["env.id=ALE/Breakout-v5"], "envpool has no env 'ALE/Breakout-v5' (did you mean 'Breakout-v5'?)"),
+    (["env.id=Breakout-v5", "env.wrappers=[episodic_life]"], "env.kwargs.episodic_life=true"),
 ])
 def test_the_cli_refuses_them_before_training(refuse, args, expect):
     p = refuse("+experiment=ppo_cartpole", "env.vectorize=envpool", "tracking=none", *args)

@@ -101,7 +101,8 @@ def _registered_keys(section: str) -> list[str]:
 
 def _merge_line(key: str) -> str:
     """``key`` is an existing mapping (multiagent.policies, env.kwargs): Hydra will not merge new keys in."""
-    return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ++{key}=<value>, "
+    # (Hydra's ++key=<mapping> merges into a mapping that has keys: dropping it first replaces it)
+    return (f"{key}: new keys cannot be merged into this mapping; replace it whole with ~{key} +{key}=<value>, "
             f"or add one entry with +{key}.<name>=<value>")
 
 

@@ -83,6 +83,10 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
         self._act_dtype = self.single_action_space.dtype
+        # EnvPool's Atari episodic_life ends an episode at each lost life, as rlrun's episodic_life wrapper does:
+        # the games' score is summed here and reported with EnvPool's step count at each game's end (its info's
+        # "terminated"), so the episode statistics are whole games, as with the wrapper
+        self._game_returns = np.zeros(num_envs) if self._kwargs.get("episodic_life") else None
 
     def _make(self, seed: int) -> Any:
         envpool = _envpool()
@@ -101,11 +105,25 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             self._pool = self._make(int(seed if isinstance(seed, int) else seed[0]))
         with _quiet_spaces():
             obs, _ = self._pool.reset()
+        if self._game_returns is not None:
+            self._game_returns[:] = 0.0
         return obs, {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        obs, rew, term, trunc, _ = self._pool.step(np.asarray(actions, dtype=self._act_dtype))
-        return obs, rew.astype(np.float64), term, trunc, {}
+        obs, rew, term, trunc, info = self._pool.step(np.asarray(actions, dtype=self._act_dtype))
+        return obs, rew.astype(np.float64), term, trunc, self._games(info, trunc)
+
+    def _games(self, info: dict[str, Any], trunc: np.ndarray) -> dict[str, Any]:
+        """rlrun's game keys (``wrappers.GAME_KEYS``) where EnvPool's episodic_life is on, else nothing."""
+        returns = self._game_returns
+        if returns is None:
+            return {}
+        returns += info["reward"]  # the game's own score (0 on an autoreset step), clipped or not for learning
+        over = info["terminated"].astype(bool) | trunc  # the last life lost, or the frame cap
+        game = {"game_over": over, "game_return": returns.copy(), "game_length": info["elapsed_step"].copy()}
+        returns[over] = 0.0
+        every = np.ones(self.num_envs, dtype=bool)
+        return {**game, **{f"_{k}": every for k in game}}
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pool.close()

@@ -154,7 +154,8 @@ def make_vector_env(
     (rlrun/envs/envpool.py, optional package).
     """
     kwargs = dict(kwargs or {})
-    check_env_id(env_id)
+    if vectorize != "envpool":  # EnvPool's ids are its own (Breakout-v5, not ALE/Breakout-v5): checked there
+        check_env_id(env_id)
     specs = parse_wrappers(wrappers)
     vector_ok = all_vectorised(specs)
     if env_id in ENVS:
@@ -175,8 +176,9 @@ def make_vector_env(
         from rlrun.envs.envpool import EnvPoolVectorEnv
 
         if not vector_ok:
+            s = next(s for s in specs if not all_vectorised([s]))
             raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=envpool every wrapper "
-                                "needs one (use env.vectorize=auto or sync)")
+                                f"needs one ({ENVPOOL_OWN.get(s.name, 'use env.vectorize=auto or sync')})")
         return wrap_vector_env(EnvPoolVectorEnv(env_id, num_envs, kwargs), specs)
     spec = gym.spec(env_id)
     if str(spec.entry_point).startswith("gymnasium.envs.mujoco"):
@@ -194,6 +196,14 @@ def make_vector_env(
                             **kwargs)
     except TypeError as e:
         raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+
+
+# what EnvPool's Atari envs do themselves in place of a wrapper that has no vector form
+ENVPOOL_OWN = {"atari_preprocessing": "EnvPool's Atari envs preprocess their frames themselves: noop_max, frame_skip, "
+                                      "img_height, img_width, gray_scale and stack_num in env.kwargs",
+               "frame_stack": "EnvPool's Atari envs stack frames themselves: env.kwargs.stack_num",
+               "episodic_life": "EnvPool's Atari envs have it: env.kwargs.episodic_life=true",
+               "fire_reset": "EnvPool's Atari envs fire at each reset themselves (use_fire_reset, on by default)"}
 
 
 def _single_only(specs: Sequence[Any]) -> str:

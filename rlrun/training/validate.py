@@ -30,7 +30,7 @@ from rlrun.config.serving import check_server_config
 from rlrun.config.typed import ConfigError, from_dict, show
 from rlrun.core.errors import suggest
 from rlrun.core.metrics import STOP_COUNTERS, reported_metrics
-from rlrun.core.registry import ALGOS, CALLBACKS, LOSSES, MODELS, RegistryError
+from rlrun.core.registry import ALGOS, CALLBACKS, ENVS, LOSSES, MODELS, RegistryError
 from rlrun.core.sweep_info import TARGET_OBJECTIVES
 from rlrun.sources.plugins import load_builtins
 
@@ -153,6 +153,7 @@ def _check_minari_output(cfg: RunConfig) -> None:
 
 
 def _check_names(cfg: RunConfig) -> None:
+    from rlrun.envs.envpool import check_envpool_id
     from rlrun.envs.make import check_env_config, check_env_id
 
     algo = ALGOS.get(cfg.algo.name)
@@ -160,7 +161,9 @@ def _check_names(cfg: RunConfig) -> None:
     from rlrun.envs.wrappers import parse_wrappers
 
     try:
-        if cfg.env.id is not None:
+        if cfg.env.id is not None and cfg.env.vectorize == "envpool" and cfg.env.id not in ENVS:
+            check_envpool_id(cfg.env.id)
+        elif cfg.env.id is not None:
             check_env_id(cfg.env.id)
         parse_wrappers(cfg.env.wrappers)
     except RegistryError as e:
