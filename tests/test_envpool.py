@@ -1,5 +1,7 @@
 """``env.vectorize: envpool``: EnvPool's C++ envs behind the same sampler (rlrun/envs/envpool.py)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,19 @@ def test_a_run_on_envpools_breakout_with_episodic_life_records_games(tmp_path):
     assert run.data.params["env.kwargs.episodic_life"] == "True"
     # random play loses Breakout's 5 lives in ~35 steps each: a game is ~170
     assert run.data.metrics["rollout/episode_len_mean"] >= 100, run.data.metrics
+    # rlrun-eval plays the checkpoint on the same pool, whole games, and EnvPool renders its frames
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    e = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=2", "render=true",
+                        "render_episodes=1", "max_frames=60", "log=false"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert e.returncode == 0, e.stderr[-3000:]
+    assert re.search(r"greedy return over 2 episodes", e.stdout) and "recorded 1 episode(s), 60 frames" in e.stdout
+    assert list((tmp_path / "rlrun-eval").glob("*/*.gif")), e.stdout
 
 
 @pytest.mark.parametrize(("args", "expect"), [

@@ -232,6 +232,28 @@ def test_a_mixed_input_takes_each_share_from_its_source(recorded, tmp_path):
     assert 2 * 256 <= written.num_rows < 2 * (256 + 8)
 
 
+def test_a_mixed_input_keeps_its_shares_over_rounds_too_small_to_split(tmp_path):
+    """One-row rounds (an off-policy run at one update per env step, as rlrun-rllib translates RLlib's SAC and
+    DQN files): half of them sampled and half read, not every one sampled."""
+    import gymnasium as gym
+    from rlrun.offline import EpisodeWriter
+
+    rng = np.random.default_rng(0)
+    with EpisodeWriter(tmp_path / "data", gym.spaces.Box(-5, 5, (4,), np.float32), gym.spaces.Discrete(2),
+                       env_id="CartPole-v1") as w:
+        for t in range(200):
+            w.add_step(rng.normal(size=4), t % 2, 1.0, t % 20 == 19, False, rng.normal(size=4))
+    cfg = compose(["+experiment=bc_cartpole", f"input={{sampler: 0.5, {tmp_path / 'data'}: 0.5}}", "tracking=none",
+                   "algo.train_batch_size=1", "rollout.num_envs_per_worker=1", "rollout.rollout_fragment_length=1"])
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        rounds = [trainer.experience.next_batch(1) for _ in range(40)]
+        sampled = [sum(len(b) for b in s) for _, s in rounds]
+        assert all(len(batch) == 1 for batch, _ in rounds) and sampled == [0, 1] * 20
+    finally:
+        trainer.stop()
+
+
 @pytest.mark.slow
 def test_a_multi_agent_run_writes_per_policy_data_that_reads_back(tmp_path):
     out = tmp_path / "ma"

@@ -236,7 +236,11 @@ def test_an_iteration_lasts_rllibs_minimum_time_and_steps_the_older_names_includ
     assert all("min_time_s_per_iteration" not in minimums(r) for r in ("PPO", "PG", "DQN", "TD3"))
     assert minimums("DQN") == minimums("TD3") == {"min_sample_timesteps_per_iteration": "1000"}  # RLlib's
     assert minimums("SAC", min_time_s_per_iteration=None) == minimums("SAC", min_time_s_per_iteration=0) == {
-        "min_sample_timesteps_per_iteration": "100"}
+        "min_sample_timesteps_per_iteration": "100", "min_time_s_per_iteration": "0"}
+    assert minimums("A2C", min_iter_time_s=3) == {"min_time_s_per_iteration": "3"}  # Ray 1.x's first name
+    grid = translate({"run": "SAC", "env": "Pendulum-v1", "config": {"min_time_s_per_iteration": {
+        "grid_search": [0, 2]}}}, "g")
+    assert grid.sweep and grid.sweep_params["min_time_s_per_iteration"] == "0,2"
     assert minimums("A2C", min_time_s_per_reporting=2) == {"min_time_s_per_iteration": "2"}  # Ray 1.x's name
     # an on-policy run repeats its rounds until that many env steps, as RLlib repeats its training step
     assert minimums("PPO", timesteps_per_iteration=8000) == {"min_sample_timesteps_per_iteration": "8000"}
@@ -246,22 +250,47 @@ def test_an_iteration_lasts_rllibs_minimum_time_and_steps_the_older_names_includ
     assert "min_sample_timesteps_per_iteration=1000" in sac.overrides
 
 
-@pytest.mark.parametrize(("config", "rows", "intensity", "iteration"), [
-    ({}, 1, 256.0, "100"),  # RLlib's SAC: one env step, one update of 256 rows; 100 env steps an iteration
-    ({"rollout_fragment_length": 4, "train_batch_size": 64}, 4, 16.0, "100"),  # a 4-step fragment, one update
-    ({"n_step": 3, "min_sample_timesteps_per_iteration": 0}, 3, 256 / 3, None),  # RLlib's auto fragment: n_step
-    ({"training_intensity": 1024.0}, 1, 1024.0, "100"),  # above the natural 256: 4 updates after each step
-    ({"training_intensity": 32.0}, 8, 32.0, "100"),  # below it (1/8): fragments of 8 steps before each update
-    ({"num_envs_per_worker": 4, "min_sample_timesteps_per_iteration": 2}, 4, 64.0, None),  # a step of each copy
+@pytest.mark.parametrize(("run", "config", "rows", "updates", "iteration"), [
+    ("SAC", {}, 1, 1, "100"),  # RLlib's SAC: one env step, one update of 256 rows; 100 env steps an iteration
+    ("SAC", {"rollout_fragment_length": 4, "train_batch_size": 64}, 4, 1, "100"),  # a 4-step fragment, one update
+    ("SAC", {"n_step": 3, "min_sample_timesteps_per_iteration": 0}, 3, 1, None),  # RLlib's auto fragment: n_step
+    ("SAC", {"training_intensity": 1024.0}, 1, 4, "100"),  # 4x the natural 256 / 1: four updates after each step
+    ("SAC", {"training_intensity": 32.0}, 8, 1, "100"),  # 1/8 of it: fragments of 8 steps before each update
+    ("SAC", {"num_envs_per_worker": 4, "min_sample_timesteps_per_iteration": 2}, 4, 1, None),  # each copy's step
+    # calculate_rr_weights counts the local worker as a sampler: natural 32 / (1 x 1 x 3), 64 / 10.7 = 6 updates
+    # after the two remote workers' fragments
+    ("DQN", {"num_workers": 2, "training_intensity": 64, "train_batch_size": 32, "n_step": 1}, 2, 6, "1000"),
+    ("TD3", {"training_intensity": 400}, 1, 1, "1000"),  # SimpleQ's step: one update a fragment, no intensity
 ])
-def test_an_off_policy_file_alternates_sampling_and_updates_as_rllibs_training_step_does(config, rows, intensity,
+def test_an_off_policy_file_alternates_sampling_and_updates_as_rllibs_training_step_does(run, config, rows, updates,
                                                                                           iteration):
-    o = dict(x.split("=", 1) for x in translate({"run": "SAC", "env": "Pendulum-v1", "config": config}, "s").overrides
-             if "=" in x)
-    assert (o["algo.train_batch_size"], float(o["algo.training_intensity"])) == (str(rows), pytest.approx(intensity))
-    updates = round(float(o["algo.training_intensity"]) * rows / int(o["algo.sgd_minibatch_size"]))
-    assert updates == (4 if intensity == 1024.0 else 1)  # per round, as rlrun's replay_steps counts them
+    tr = translate({"run": run, "env": "Pendulum-v1" if run != "DQN" else "CartPole-v1", "config": config}, "s")
+    o = dict(x.split("=", 1) for x in tr.overrides if "=" in x)
+    assert o["algo.train_batch_size"] == str(rows)
+    # per round, as rlrun's replay_steps counts them from the replayed rows per env step
+    assert round(float(o["algo.training_intensity"]) * rows / int(o["algo.sgd_minibatch_size"])) == updates
     assert o.get("min_sample_timesteps_per_iteration") == iteration
+    assert any("RLlib's TD3 ignores it" in n for n in tr.notes) == ("training_intensity" in config and run == "TD3")
+
+
+def test_a_translated_sac_file_updates_once_per_env_step_as_rllibs_training_step():
+    """The rounds of one iteration alternate one env step and one update (RLlib's order), so the updates are
+    the env steps sampled once learning starts, and the fragments are one step long."""
+    from rlrun import make_trainer
+
+    tr = translate({"run": "SAC", "env": "Pendulum-v1", "config": {
+        "num_steps_sampled_before_learning_starts": 50, "min_sample_timesteps_per_iteration": 120,
+        "min_time_s_per_iteration": 0, "train_batch_size": 32,
+        "q_model_config": {"fcnet_hiddens": [16]}, "policy_model_config": {"fcnet_hiddens": [16]}}}, "s")
+    trainer = make_trainer([*tr.overrides, "tracking=none", "evaluation.interval=0", "checkpoint.every_n_iters=0"])
+    try:
+        result = trainer.train()
+        assert result["rollout/env_steps_this_iter"] == 120
+        assert result["train/num_updates"] == 120 - 50 + 1  # from the step that stores the 50th row on
+        fragment = trainer.workers.local_worker.fragment_length
+        assert fragment == 1
+    finally:
+        trainer.stop()
 
 
 BAD = {
@@ -288,6 +317,9 @@ BAD = {
                                 "x.stop.timesteps_total: expected a number"),
     "exploration type": ("bad.yaml", "x: {run: DQN, env: CartPole-v1, config: {exploration_config: "
                          "{type: SoftQ}}}\n", "exploration_config.type: 'SoftQ' is not supported for DQN"),
+    "grid over a sampling key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: "
+                                 "{timesteps_per_iteration: {grid_search: [100, 200]}}}\n",
+                                 "config.min_sample_timesteps_per_iteration: grid_search is not supported"),
     "unsupported use_critic": ("bad.yaml", "x: {run: A2C, env: CartPole-v1, config: {use_critic: false}}\n",
                                "config.use_critic: False is not supported"),
     "file missing": ("", "", "nope.yaml: cannot read the file"),

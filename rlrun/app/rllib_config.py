@@ -55,7 +55,7 @@ def check_cpus(key: str, value: Any, upper: float = math.inf, what: str = "a num
 # accepted and listed once as ignored
 IGNORED = {"framework", "eager_tracing", "num_gpus", "enable_connectors", "log_level", *WORKER_CPU_KEYS,
            "num_gpus_per_worker", "tf_session_args", "local_tf_session_args", "soft_horizon", "no_done_at_end",
-           "worker_side_prioritization", "type", "_fake_gpus",
+           "worker_side_prioritization", "type", "_fake_gpus", "min_train_timesteps_per_iteration",
            "simple_optimizer", "compress_observations", "metrics_smoothing_episodes_unused", *DRIVER_CPU_KEYS}
 
 ACTIVATIONS = {"tanh": "tanh", "relu": "relu", "elu": "elu", "swish": "silu", "silu": "silu", "linear": "linear",
@@ -288,7 +288,7 @@ def _replay(v: Any, ctx: Context) -> Pairs:
 # the older Rays' names of the iteration's minimums (Ray 1.x, 2.0) -> today's; where a file gives both, today's wins
 RENAMED = {"timesteps_per_iteration": "min_sample_timesteps_per_iteration",
            "min_sample_timesteps_per_reporting": "min_sample_timesteps_per_iteration",
-           "min_time_s_per_reporting": "min_time_s_per_iteration"}
+           "min_iter_time_s": "min_time_s_per_iteration", "min_time_s_per_reporting": "min_time_s_per_iteration"}
 
 
 # SAC's Q/policy model keys in Rays before 1.x's ModelV2 names (atari-sac.yaml, mujoco-sac.yaml): the same meaning
@@ -345,7 +345,7 @@ KEYS: dict[str, Handler] = {
     "num_envs_per_env_runner": lambda v, ctx: [], "rollout_fragment_length": lambda v, ctx: [],
     "train_batch_size": lambda v, ctx: [], "min_sample_timesteps_per_iteration": lambda v, ctx: [],  # _sampling's
     # RLlib's iteration lasts at least this long (SAC's default 1 s, A2C's and APPO's 10): one report each
-    "min_time_s_per_iteration": lambda v, ctx: [("min_time_s_per_iteration", v)] if v else [],
+    "min_time_s_per_iteration": lambda v, ctx: [("min_time_s_per_iteration", v or 0)],
     "training_intensity": lambda v, ctx: [], "batch_mode": _to("rollout.batch_mode"),
     "observation_filter": _choice(FILTERS, "rollout.observation_filter", "observation_filter"),
     "num_sgd_iter": _to("algo.num_sgd_iter"), "num_epochs": _to("algo.num_sgd_iter"),

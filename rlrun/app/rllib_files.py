@@ -197,8 +197,36 @@ def _nest(path: list[str], value: Any) -> Any:
     return value
 
 
+def _training_step(config: Mapping[str, Any], run: str, batch: int, native_rows: int, tr: Translation
+                   ) -> tuple[int, int]:
+    """RLlib's fragments stored and updates made per off-policy training step. DQN's and SAC's weigh them by
+    ``training_intensity`` (``calculate_rr_weights``: the natural ratio's rows count the local worker as a
+    sampler too); TD3's and DDPG's (SimpleQ's step) make one of each and take no intensity."""
+    intensity = config.get("training_intensity")
+    if run in ("TD3", "DDPG"):
+        if intensity:
+            tr.notes.append(f"training_intensity {intensity}: RLlib's {run} ignores it (one update per sampled "
+                            "fragment), and so does rlrun's translation")
+        return 1, 1
+    if not intensity:
+        return 1, 1
+    weight = float(intensity) / (batch / native_rows)
+    return (max(1, round(1 / weight)), 1) if weight < 1 else (1, round(weight))
+
+
+# the keys _sampling reads: a grid_search over one of them would set several rlrun keys at once
+SAMPLING_KEYS = ("num_workers", "num_env_runners", "num_envs_per_worker", "num_envs_per_env_runner",
+                 "rollout_fragment_length", "train_batch_size", "n_step", "training_intensity",
+                 "min_sample_timesteps_per_iteration")
+
+
 def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: Translation) -> list[tuple[str, Any]]:
     """Workers, sub-envs, fragment and batch sizes: RLlib's meaning in rlrun's terms."""
+    grid = next((k for k in (*SAMPLING_KEYS, *(("target_network_update_freq",) if run == "SAC" else ()))
+                 if isinstance(config.get(k), Mapping)), None)
+    if grid is not None:
+        raise ConfigError(f"config.{grid}: grid_search is not supported on the sampling keys (each value sets "
+                          "several rlrun keys); give each value an experiment of its own")
     workers = int(config.get("num_env_runners", config.get("num_workers", 0)) or 0)
     envs = int(config.get("num_envs_per_env_runner", config.get("num_envs_per_worker", 1)) or 1)
     out: list[tuple[str, Any]] = []
@@ -215,13 +243,11 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
     per_round = envs * max(workers, 1)
     if run in OFF_POLICY:  # RLlib's train_batch_size is the SGD minibatch
         frag = int(config.get("n_step", 1)) if frag == "auto" else int(frag)  # RLlib's "auto" here: n_step
-        step_rows = frag * per_round
-        intensity = float(config.get("training_intensity") or batch / step_rows)
-        # RLlib's training step, rlrun's round: a fragment from each copy, then one update of train_batch_size rows
-        # (more with a training_intensity above the natural batch / fragment; fragments from as many steps before
-        # the update, where it is below); the step repeats until min_sample_timesteps_per_iteration env steps
-        ratio = intensity * step_rows / batch
-        round_rows = step_rows * (max(1, round(1 / ratio)) if ratio < 1 else 1)
+        stores, updates = _training_step(config, run, batch, frag * envs * (workers + 1), tr)
+        # RLlib's training step, rlrun's round: a fragment from each copy (``stores`` times), then ``updates``
+        # updates of train_batch_size rows; repeated until min_sample_timesteps_per_iteration env steps
+        round_rows = frag * per_round * stores
+        intensity = updates * batch / round_rows  # rlrun's: replayed rows per env step
         iteration = int(config.get("min_sample_timesteps_per_iteration") or 0)
         out += [("algo.sgd_minibatch_size", batch), ("algo.training_intensity", intensity),
                 ("algo.train_batch_size", round_rows), ("rollout.rollout_fragment_length", "auto")]

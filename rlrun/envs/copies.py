@@ -25,7 +25,7 @@ from rlrun.config.multi_agent import is_multi_agent_env
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
-from rlrun.envs.make import check_env_id, env_from_config, env_spaces, probe_env_config
+from rlrun.envs.make import check_env_id, env_from_config, env_spaces, make_vector_env, probe_env_config
 from rlrun.envs.multi_agent import (
     Games,
     ObsAdapter,
@@ -123,6 +123,9 @@ def render_copy(env: Any) -> Any:
             raise RegistryError(f"env.id: rlrun env '{env.id}' is a vector env; render needs a gymnasium id "
                                 "or an env registered with vector=False that accepts render_mode")
         one = wrap_env(entry.obj(render_mode="rgb_array", **env.kwargs), parse_wrappers(env.wrappers))
+    elif env.vectorize == "envpool":  # EnvPool renders the pool's frames itself
+        return OneAgentEnv(make_vector_env(env.id, 1, {**env.kwargs, "render_mode": "rgb_array"}, "envpool",
+                                           env.wrappers))
     else:
         check_env_id(env.id)  # imports the package of a MiniGrid id
         one = wrap_env(gym.make(env.id, render_mode="rgb_array", **env.kwargs), parse_wrappers(env.wrappers))

@@ -82,6 +82,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.render_mode = self._given.get("render_mode")
         self._act_dtype = self.single_action_space.dtype
         # EnvPool's Atari episodic_life ends an episode at each lost life, as rlrun's episodic_life wrapper does:
         # the games' score is summed here and reported with EnvPool's step count at each game's end (its info's
@@ -124,6 +125,10 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         returns[over] = 0.0
         every = np.ones(self.num_envs, dtype=bool)
         return {**game, **{f"_{k}": every for k in game}}
+
+    def render(self) -> Any:
+        """The copies' frames (``env.kwargs.render_mode: rgb_array``, as ``rlrun-eval render=true`` sets it)."""
+        return self._pool.render()
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pool.close()

@@ -58,11 +58,17 @@ class Experience:
                                                                        policy.action_space, cfg.seed + i)), w)
                             for i, (s, w) in enumerate(sources) if s != SAMPLER]
         self.writers: dict[str, DatasetWriter] = make_writers(cfg, policies) if cfg.output is not None else {}
+        self._sampler_owed = 0.0  # a mix's sampler rows not yet taken (rounds of a row or a few: SAC at 1:1)
 
     def next_batch(self, n: int) -> tuple[Any, list[Any]]:
         """``n`` rows at least (a SampleBatch; a MultiAgentBatch in a multi-agent run): the batch and
         the sampled fragments in it, which the ``output`` writers have recorded."""
-        sampled = self.sample(math.ceil(n * self.sampler_share)) if self.sampler_share else []
+        if not self.readers or not self.sampler_share:
+            sampled = self.sample(math.ceil(n * self.sampler_share)) if self.sampler_share else []
+        else:  # the sampler's share over the rounds, where a round is too small to split: 0.5 of 1 row each
+            self._sampler_owed += n * self.sampler_share
+            sampled = self.sample(math.floor(self._sampler_owed + 1e-9)) if self._sampler_owed >= 1 - 1e-9 else []
+            self._sampler_owed -= sum(len(b) for b in sampled)
         if self.writers:
             self._record(sampled)
         if not self.readers:
