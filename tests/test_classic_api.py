@@ -199,3 +199,21 @@ def test_a_policy_config_key_that_is_a_python_keyword_reaches_policy_config():
     finally:
         trainer.stop()
     assert seen and set(seen) == {0.9}
+
+
+def test_rllibs_sac_trainer_iterates_for_at_least_rllibs_second(tmp_path, monkeypatch):
+    """SACTrainer takes RLlib's SAC defaults, min_time_s_per_iteration 1 among them: a step of Tune lasts a
+    second, however few env steps that is; the key set to 0 gives back 100-step iterations."""
+    from rlrun import SACTrainer
+
+    monkeypatch.chdir(tmp_path)  # its MLflow store: ./mlflow.db, as for a user's script
+    base = {"env": "Pendulum-v1", "num_steps_sampled_before_learning_starts": 100_000,
+            "q_model_config": {"fcnet_hiddens": [16]}, "policy_model_config": {"fcnet_hiddens": [16]}}
+    timed, quick = SACTrainer(config=base), SACTrainer(config={**base, "min_time_s_per_iteration": 0})
+    try:
+        r, q = timed.train(), quick.train()
+    finally:
+        timed.stop()
+        quick.stop()
+    assert r["time/iteration_s"] >= 1.0 and r["timesteps_total"] > 100
+    assert q["timesteps_total"] == 100
