@@ -94,6 +94,28 @@ def test_envpools_atari_episodic_life_reports_whole_games():
         plain.close()
 
 
+def test_the_copies_report_envpools_games_to_the_sampler_and_evaluation():
+    """The games pass through OneAgentEnv as VectorStep.game (what the rollout worker and greedy evaluation
+    read): as many as the pool's info says ended, each with its score and steps."""
+    from rlrun.envs.copies import AGENT, OneAgentEnv
+
+    copies = OneAgentEnv(make_vector_env("Breakout-v5", 2, {"episodic_life": True}, vectorize="envpool"))
+    rng = np.random.default_rng(1)
+    try:
+        copies.reset(seed=0)
+        games, lives = [], 0
+        for _ in range(1500):
+            st = copies.step({AGENT: rng.integers(0, 4, 2)})
+            lives += int(st.episode_end.sum())
+            assert st.game is not None and not (st.game.end & ~st.episode_end).any()
+            games += [(float(r), int(n)) for r, n in zip(st.game.returns[st.game.end], st.game.lengths[st.game.end],
+                                                         strict=True)]
+    finally:
+        copies.close()
+    assert len(games) >= 4 and lives >= 5 * len(games)  # Breakout's five lives: five episodes a game
+    assert all(n >= 40 and r >= 0 for r, n in games)
+
+
 @pytest.mark.slow
 def test_a_run_on_envpools_breakout_with_episodic_life_records_games(tmp_path):
     p = run_cli(["+experiment=ppo_breakout", "env.id=Breakout-v5", "env.vectorize=envpool", "env.wrappers=[]",
