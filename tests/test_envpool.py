@@ -118,15 +118,14 @@ def test_the_copies_report_envpools_games_to_the_sampler_and_evaluation():
 
 @pytest.mark.slow
 def test_a_run_on_envpools_breakout_with_episodic_life_records_games(tmp_path):
-    p = run_cli(["+experiment=ppo_breakout", "env.id=Breakout-v5", "env.vectorize=envpool", "env.wrappers=[]",
-                 "~env.kwargs", "+env.kwargs={episodic_life: true}", "stop.timesteps_total=2048",
+    p = run_cli(["+experiment=ppo_breakout", "env=breakout_envpool", "stop.timesteps_total=2048",
                  "algo.train_batch_size=512", "seed=0"], tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     import mlflow
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert run.data.params["env.kwargs.episodic_life"] == "True"
+    assert run.data.params["env.kwargs.episodic_life"] == "True" and run.data.params["env.vectorize"] == "envpool"
     # random play loses Breakout's 5 lives in ~35 steps each: a game is ~170
     assert run.data.metrics["rollout/episode_len_mean"] >= 100, run.data.metrics
     # rlrun-eval plays the checkpoint on the same pool, whole games, and EnvPool renders its frames
@@ -137,10 +136,11 @@ def test_a_run_on_envpools_breakout_with_episodic_life_records_games(tmp_path):
     from .conftest import REPO
 
     e = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=latest", "episodes=2", "render=true",
-                        "render_episodes=1", "max_frames=60", "log=false"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+                        "render_episodes=1", "max_frames=60", "explore=true", "log=false"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert e.returncode == 0, e.stderr[-3000:]
-    assert re.search(r"greedy return over 2 episodes", e.stdout) and "recorded 1 episode(s), 60 frames" in e.stdout
+    assert re.search(r"sampled-action return over 2 episodes", e.stdout), e.stdout
+    assert "recorded 1 episode(s), 60 frames" in e.stdout, e.stdout
     assert list((tmp_path / "rlrun-eval").glob("*/*.gif")), e.stdout
 
 
