@@ -250,6 +250,8 @@ def test_a_mixed_input_keeps_its_shares_over_rounds_too_small_to_split(tmp_path)
         rounds = [trainer.experience.next_batch(1) for _ in range(40)]
         sampled = [sum(len(b) for b in s) for _, s in rounds]
         assert all(len(batch) == 1 for batch, _ in rounds) and sampled == [0, 1] * 20
+        batch, big = trainer.experience.next_batch(10)  # a round big enough to split: half and half
+        assert len(batch) == 10 and sum(len(b) for b in big) == 5
     finally:
         trainer.stop()
 

@@ -116,6 +116,14 @@ def test_rllibs_sac_target_update_freq_counts_env_steps_and_becomes_rlruns_count
     # RLlib's native ratio with 4-step fragments: one update per 4 env steps
     assert freq(target_network_update_freq=32, train_batch_size=32, rollout_fragment_length=4) == \
         "algo.target_network_update_freq=8"
+    # 4 updates after each 4-step fragment: RLlib checks the env steps since the last target update after each
+    # update, and they grow once a step, so a freq of 2 env steps is a target update a step: every 4 updates
+    assert freq(target_network_update_freq=2, train_batch_size=32, rollout_fragment_length=4,
+                training_intensity=32) == "algo.target_network_update_freq=4"
+    # a grid over n_step where the fragment is the file's own is one rlrun key: a sweep
+    dqn = translate({"run": "DQN", "env": "CartPole-v1", "config": {"rollout_fragment_length": 4,
+                                                                     "n_step": {"grid_search": [1, 3]}}}, "d")
+    assert dqn.sweep and dqn.sweep_params == {"algo.n_step": "1,3"}
 
 
 @pytest.mark.slow
@@ -319,7 +327,7 @@ BAD = {
                          "{type: SoftQ}}}\n", "exploration_config.type: 'SoftQ' is not supported for DQN"),
     "grid over a sampling key": ("bad.yaml", "x: {run: PPO, env: CartPole-v1, config: "
                                  "{timesteps_per_iteration: {grid_search: [100, 200]}}}\n",
-                                 "config.min_sample_timesteps_per_iteration: grid_search is not supported"),
+                                 "config.min_sample_timesteps_per_iteration (timesteps_per_iteration / "),
     "unsupported use_critic": ("bad.yaml", "x: {run: A2C, env: CartPole-v1, config: {use_critic: false}}\n",
                                "config.use_critic: False is not supported"),
     "file missing": ("", "", "nope.yaml: cannot read the file"),

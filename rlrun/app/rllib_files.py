@@ -216,17 +216,26 @@ def _training_step(config: Mapping[str, Any], run: str, batch: int, native_rows:
 
 # the keys _sampling reads: a grid_search over one of them would set several rlrun keys at once
 SAMPLING_KEYS = ("num_workers", "num_env_runners", "num_envs_per_worker", "num_envs_per_env_runner",
-                 "rollout_fragment_length", "train_batch_size", "n_step", "training_intensity",
-                 "min_sample_timesteps_per_iteration")
+                 "rollout_fragment_length", "train_batch_size", "min_sample_timesteps_per_iteration")
+
+
+def _sampling_keys(config: Mapping[str, Any], run: str) -> tuple[str, ...]:
+    """``SAMPLING_KEYS`` and, for an off-policy run, the ones its training step reads too."""
+    if run not in OFF_POLICY:
+        return SAMPLING_KEYS
+    auto = config.get("rollout_fragment_length", "auto") == "auto"  # RLlib's auto fragment is n_step
+    return (*SAMPLING_KEYS, "training_intensity", *(("n_step",) if auto else ()),
+            *(("target_network_update_freq",) if run == "SAC" else ()))
 
 
 def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: Translation) -> list[tuple[str, Any]]:
     """Workers, sub-envs, fragment and batch sizes: RLlib's meaning in rlrun's terms."""
-    grid = next((k for k in (*SAMPLING_KEYS, *(("target_network_update_freq",) if run == "SAC" else ()))
-                 if isinstance(config.get(k), Mapping)), None)
+    grid = next((k for k in _sampling_keys(config, run) if isinstance(config.get(k), Mapping)), None)
     if grid is not None:
-        raise ConfigError(f"config.{grid}: grid_search is not supported on the sampling keys (each value sets "
-                          "several rlrun keys); give each value an experiment of its own")
+        older = " / ".join(old for old, new in RENAMED.items() if new == grid)
+        raise ConfigError(f"config.{grid}{f' ({older})' if older else ''}: grid_search is not supported "
+                          "on the sampling keys (each value sets several rlrun keys); give each value an experiment "
+                          "of its own")
     workers = int(config.get("num_env_runners", config.get("num_workers", 0)) or 0)
     envs = int(config.get("num_envs_per_env_runner", config.get("num_envs_per_worker", 1)) or 1)
     out: list[tuple[str, Any]] = []
@@ -253,9 +262,11 @@ def _sampling(config: Mapping[str, Any], run: str, user: Mapping[str, Any], tr: 
                 ("algo.train_batch_size", round_rows), ("rollout.rollout_fragment_length", "auto")]
         if iteration > round_rows:
             out.append(("min_sample_timesteps_per_iteration", iteration))
-        if run == "SAC":  # RLlib's target update every that many env steps (0: every update); rlrun's counts updates
+        if run == "SAC":  # RLlib's target update: after every update (0), else at the first update of a training
+            # step once that many env steps have passed since the last, so every ceil(freq / round_rows) steps;
+            # rlrun's counts updates
             freq = int(config.get("target_network_update_freq") or 0)
-            out.append(("algo.target_network_update_freq", max(1, round(freq * intensity / batch))))
+            out.append(("algo.target_network_update_freq", math.ceil(freq / round_rows) * updates if freq else 1))
         return out
     if config.get("min_sample_timesteps_per_iteration"):  # on-policy: RLlib repeats its step until that many
         out.append(("min_sample_timesteps_per_iteration", int(config["min_sample_timesteps_per_iteration"])))

@@ -2,8 +2,9 @@
 
 ``Experience`` is where every train batch comes from: the rollout workers and the experience sources
 of one run's ``input`` (rlrun/sources/source.py): a batch of ``train_batch_size`` rows takes
-``weight x train_batch_size`` rows from each (the workers sample whole rounds, so their share is
-rounded up to a round); it hands every sampled fragment to the ``output`` writers. ``make_writers`` opens the ``output``
+``weight x train_batch_size`` rows from each (the workers sample whole rounds: a mix carries the workers'
+share over from batch to batch, so a batch too small to split, one row, is sampled or read whole, in turn);
+it hands every sampled fragment to the ``output`` writers. ``make_writers`` opens the ``output``
 writers: one per learned policy (the default policy of a single-agent run writes ``<output>/``, a named
 policy ``<output>/<policy id>/``).
 """

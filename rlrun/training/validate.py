@@ -223,7 +223,7 @@ def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
 
 def _check_batch_arithmetic(cfg: RunConfig) -> None:
     r, a = cfg.rollout, cfg.algo
-    if parse_input(cfg.input) != [(SAMPLER, 1.0)]:  # rows read from files (a mix samples whole rounds)
+    if parse_input(cfg.input) != [(SAMPLER, 1.0)]:  # rows read from files (a mix's sampled share varies by round)
         return
     workers = max(r.num_workers, 1)
     for key in ("rollout_fragment_length", "num_envs_per_worker"):
