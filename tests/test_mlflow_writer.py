@@ -134,3 +134,30 @@ def test_the_shared_writer_refuses_connections_without_its_key(tmp_path):
         removed_by_writer = not os.path.exists(os.path.dirname(address))
         shutil.rmtree(os.path.dirname(address), ignore_errors=True)
     assert removed_by_writer  # the writer removed its socket, key and directory itself
+
+
+def test_an_idle_writer_is_reused_only_in_the_working_directory_it_started_in(tmp_path, monkeypatch):
+    """A run's writer waits for this process's next run, but a child started in another working directory is
+    not reused: MLflow resolves relative paths there, and a removed directory (a test's temp dir) failed every
+    later run of the process with FileNotFoundError (CI, 2026-12-02)."""
+    from rlrun.tracking import tracker
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.setattr(tracker, "_IDLE_WRITERS", [])
+    monkeypatch.setattr(tracker, "_SHARED_WRITER", [])
+    monkeypatch.chdir(tmp_path / "a")
+    tracker.start_writer_early()
+    first = tracker._IDLE_WRITERS[0]
+    try:
+        assert tracker._take_writer() is first and first.cwd == str(tmp_path / "a")  # the same directory: reused
+        tracker._IDLE_WRITERS.append(first)
+        monkeypatch.chdir(tmp_path / "b")
+        second = tracker._take_writer()
+        try:
+            assert second is not first and second.cwd == str(tmp_path / "b") and second.alive()
+            assert not first.alive() and tracker._IDLE_WRITERS == []
+        finally:
+            second.close()
+    finally:
+        first.close()

@@ -291,8 +291,10 @@ class Writer:
     """This process's line to an MLflow writer: its own child process (``proc``), or a connection to
     the sweep's shared writer process (``proc`` None; see ``use_shared_writer``)."""
 
-    def __init__(self, conn: Connection, proc: subprocess.Popen[bytes] | None = None, address: str = "") -> None:
+    def __init__(self, conn: Connection, proc: subprocess.Popen[bytes] | None = None, address: str = "",
+                 cwd: str | None = None) -> None:
         self.conn, self.proc, self.address = conn, proc, address
+        self.cwd = cwd  # a child's working directory, where MLflow resolves a relative store or artifact path
 
     def alive(self) -> bool:
         if self.conn.closed:
@@ -340,9 +342,12 @@ def start_writer_early() -> None:
 def _take_writer() -> Writer:
     """An idle writer (mlflow already imported), else the sweep's shared writer, else a new child."""
     shared = _SHARED_WRITER[0] if _SHARED_WRITER else ""
+    here = _cwd()
     while _IDLE_WRITERS:
         w = _IDLE_WRITERS.pop()
-        if w.alive() and w.address == shared:
+        # a child started in another working directory is not reused: relative paths would resolve there, and
+        # that directory may be gone (a temp dir: MLflow then fails on os.getcwd)
+        if w.alive() and w.address == shared and (w.proc is None or w.cwd == here):
             return w
         w.close()
     if shared and os.path.exists(shared):
@@ -363,7 +368,14 @@ def _new_writer() -> Writer:
     proc: subprocess.Popen[bytes] = spawn_writer("run", str(theirs.fileno()), pass_fds=[theirs.fileno()],
                                                  stdin=subprocess.DEVNULL, start_new_session=True)
     theirs.close()
-    return Writer(Connection(ours.detach()), proc)
+    return Writer(Connection(ours.detach()), proc, cwd=_cwd())
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except FileNotFoundError:  # this process's own working directory was removed
+        return None
 
 
 def spawn_writer(entry: str, arg: str, **popen_kwargs: Any) -> Any:
