@@ -342,12 +342,9 @@ def start_writer_early() -> None:
 def _take_writer() -> Writer:
     """An idle writer (mlflow already imported), else the sweep's shared writer, else a new child."""
     shared = _SHARED_WRITER[0] if _SHARED_WRITER else ""
-    here = _cwd()
-    while _IDLE_WRITERS:
+    while _IDLE_WRITERS:  # a child started in another working directory (maybe removed since) is not reused
         w = _IDLE_WRITERS.pop()
-        # a child started in another working directory is not reused: relative paths would resolve there, and
-        # that directory may be gone (a temp dir: MLflow then fails on os.getcwd)
-        if w.alive() and w.address == shared and (w.proc is None or w.cwd == here):
+        if w.alive() and w.address == shared and (w.proc is None or w.cwd == _cwd()):
             return w
         w.close()
     if shared and os.path.exists(shared):
