@@ -176,9 +176,9 @@ def make_vector_env(
         from rlrun.envs.envpool import EnvPoolVectorEnv
 
         if not vector_ok:
-            s = next(s for s in specs if not all_vectorised([s]))
+            own = ENVPOOL_OWN.get(_first_single(specs).name, "use env.vectorize=auto or sync")
             raise RegistryError(f"{_single_only(specs)} has no vector form; with env.vectorize=envpool every wrapper "
-                                f"needs one ({ENVPOOL_OWN.get(s.name, 'use env.vectorize=auto or sync')})")
+                                f"needs one ({own})")
         return wrap_vector_env(EnvPoolVectorEnv(env_id, num_envs, kwargs), specs)
     spec = gym.spec(env_id)
     if str(spec.entry_point).startswith("gymnasium.envs.mujoco"):
@@ -206,8 +206,13 @@ ENVPOOL_OWN = {"atari_preprocessing": "EnvPool's Atari envs preprocess their fra
                "fire_reset": "EnvPool's Atari envs fire at each reset themselves (use_fire_reset, on by default)"}
 
 
+def _first_single(specs: Sequence[Any]) -> Any:
+    """The first wrapper listed that has no vector form."""
+    return next(s for s in specs if not all_vectorised([s]))
+
+
 def _single_only(specs: Sequence[Any]) -> str:
-    s = next(s for s in specs if not all_vectorised([s]))
+    s = _first_single(specs)
     return f"{s.key}: wrapper '{s.name}'"
 
 
