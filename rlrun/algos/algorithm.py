@@ -36,6 +36,7 @@ from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ALGOS, LOSSES, MODELS
 from rlrun.data.batch import SampleBatch
+from rlrun.data.spaces import MaskedBox
 from rlrun.models.check import check_model_fits
 from rlrun.models.distributions import model_distribution
 from rlrun.policy.policy import (
@@ -99,9 +100,12 @@ class Algorithm:
 
 
 def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym.Space, action_space: gym.Space,
-                         prefix: str = "") -> None:
-    """Before a run starts: the action space the algorithm acts in, then the model (built once and
-    checked against the spaces), then the action distribution - one line naming the key."""
+                         prefix: str = "", observation_filter: str = "none") -> None:
+    """Before a run starts: the action space the algorithm acts in, an action mask it can act on, then
+    the model (built once and checked against the spaces), then the action distribution - one line
+    naming the key."""
+    if isinstance(obs_space, MaskedBox):
+        check_mask_fits(algo, prefix, observation_filter)
     if algo.action_spaces and not isinstance(action_space, algo.action_spaces):
         kinds = " or ".join(t.__name__ for t in algo.action_spaces)
         raise PluginError(f"{prefix}algo.name: algo '{algo.name}' needs a {kinds} action space; the env's is "
@@ -117,6 +121,19 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
     if algo.action_dists and dist not in algo.action_dists:
         raise PluginError(f"{prefix}model.action_dist: algo '{algo.name}' needs {' or '.join(algo.action_dists)}, "
                           f"got '{dist}'")
+
+
+def check_mask_fits(algo: Algorithm, prefix: str, observation_filter: str) -> None:
+    """An env whose observations carry an action mask (rlrun/envs/action_mask.py): the model masks the
+    action distribution, so an algorithm that picks actions its own way (epsilon-greedy, Q argmax)
+    would not see it, and a filter would rescale the mask."""
+    if algo.compute_actions is not None:
+        able = sorted(n for n in ALGOS.names() if getattr(ALGOS.get(n), "compute_actions", 0) is None)
+        raise PluginError(f"{prefix}algo.name: algo '{algo.name}' does not act on an action mask yet, and the env's "
+                          f"observations carry one; these do: {', '.join(able)}")
+    if observation_filter != "none":
+        raise PluginError(f"rollout.observation_filter: '{observation_filter}' would rescale the env's action mask; "
+                          "set rollout.observation_filter=none")
 
 
 def register_algorithm(algo: Algorithm, override: bool = False) -> Algorithm:

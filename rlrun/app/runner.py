@@ -182,7 +182,8 @@ def _validated(cfg: RunConfig | Mapping[str, Any], launch: Path) -> RunConfig:
 def _check_policies(cfg: RunConfig, spaces: Mapping[str, tuple[Any, Any]]) -> None:
     """Each learned policy's algorithm against its spaces and model (one line, before anything starts)."""
     for pid, prefix, sections in learned_policy_sections(cfg):
-        check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix)
+        check_algorithm_fits(get_algorithm(sections.algo.name), sections.model, *spaces[pid], prefix=prefix,
+                             observation_filter=cfg.rollout.observation_filter)
 
 
 def start_run(raw_cfg: RunConfig | Mapping[str, Any], launch: Path, sweep: SweepJob | None,

@@ -1,4 +1,5 @@
-"""Gymnasium spaces <-> plain JSON data, for a dataset's metadata (never pickled)."""
+"""Gymnasium spaces <-> plain JSON data, for a dataset's metadata (never pickled), and ``MaskedBox``: an
+observation that carries its action mask."""
 
 from __future__ import annotations
 
@@ -8,7 +9,30 @@ import gymnasium as gym
 import numpy as np
 
 
+class MaskedBox(gym.spaces.Box):
+    """An env's ``Dict(action_mask=Box(0, 1, (n,)), <obs key>=Box)`` observation as one float32 vector:
+    the mask's ``n`` entries (1: the action is legal), then the observation's, flattened. Every column,
+    buffer, dataset and network message treats it as the Box it is; the policy's model reads the mask
+    back (rlrun/models/action_mask.py). ``inner``: the observation's own Box; ``key``: its Dict key."""
+
+    def __init__(self, inner: gym.spaces.Box, mask_size: int, key: str = "observation") -> None:
+        self.inner, self.mask_size, self.key = inner, int(mask_size), key
+        low = np.concatenate([np.zeros(mask_size), np.asarray(inner.low, np.float64).ravel()]).astype(np.float32)
+        high = np.concatenate([np.ones(mask_size), np.asarray(inner.high, np.float64).ravel()]).astype(np.float32)
+        super().__init__(low, high, low.shape, np.float32)
+
+    def __repr__(self) -> str:
+        return f"MaskedBox({self.mask_size} mask entries, {self.key}={self.inner})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, MaskedBox) and other.mask_size == self.mask_size and other.inner == self.inner
+                and other.key == self.key)
+
+
 def space_to_json(space: gym.Space) -> dict[str, Any]:
+    if isinstance(space, MaskedBox):
+        return {"type": "MaskedBox", "mask_size": space.mask_size, "key": space.key,
+                "inner": space_to_json(space.inner)}
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.Box):
@@ -30,6 +54,10 @@ def _bound(a: np.ndarray) -> Any:
 
 def space_from_json(data: dict[str, Any]) -> gym.Space:
     kind = data.get("type")
+    if kind == "MaskedBox":
+        inner = space_from_json(data["inner"])
+        assert isinstance(inner, gym.spaces.Box)
+        return MaskedBox(inner, int(data["mask_size"]), str(data["key"]))
     if kind == "Discrete":
         return gym.spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))
     if kind == "Box":
@@ -52,6 +80,8 @@ def same_space(a: gym.Space, b: gym.Space) -> bool:
         return False
     if isinstance(a, gym.spaces.Discrete):
         return bool(a.n == b.n)  # type: ignore[attr-defined]
+    if isinstance(a, MaskedBox) and isinstance(b, MaskedBox):
+        return a.mask_size == b.mask_size and same_space(a.inner, b.inner)
     return a.dtype == b.dtype
 
 

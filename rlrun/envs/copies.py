@@ -25,6 +25,7 @@ from rlrun.config.multi_agent import is_multi_agent_env
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
+from rlrun.envs.action_mask import MASK_KEY
 from rlrun.envs.make import check_env_id, env_from_config, env_spaces, make_vector_env, probe_env_config
 from rlrun.envs.multi_agent import (
     Games,
@@ -149,6 +150,12 @@ def agent_spaces(env: Any, probe: bool = False, seed: int = 0) -> dict[str, tupl
     return _probe_multi_agent(env, seed)
 
 
+def _legal(adapter: ObsAdapter, obs: Any) -> np.ndarray | None:
+    """The legal actions' mask of an agent's observation that carries one (a random probe step takes
+    a legal action), else None."""
+    return None if adapter.masked is None or obs is None else np.asarray(obs[MASK_KEY], np.int8)
+
+
 def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Space]]:
     try:
         one = make_multi_agent_env(env.id, env.kwargs)
@@ -158,11 +165,11 @@ def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Sp
         raise PluginError(f"env.id: creating {env.id} with {env.kwargs or {}} failed: "
                           f"{type(e).__name__}: {e}") from None
     try:
-        adapters = {a: ObsAdapter(one.observation_space(a)) for a in one.possible_agents}
+        adapters = {a: ObsAdapter(one.observation_space(a), one.action_space(a)) for a in one.possible_agents}
         obs, _ = one.reset(seed=seed)
         for agent, o in obs.items():
             adapters[agent](o)
-        out = one.step({a: one.action_space(a).sample() for a in one.agents})
+        out = one.step({a: one.action_space(a).sample(mask=_legal(adapters[a], obs.get(a))) for a in one.agents})
         if len(out) != 5 or not all(isinstance(d, dict) for d in out):
             raise PluginError(f"env.id: {env.id}.step() must return 5 dicts keyed by agent id "
                               "(obs, rewards, terminateds, truncateds, infos)")

@@ -20,6 +20,7 @@ import numpy as np
 from rlrun.config.extras import install_hint
 from rlrun.core.errors import PluginError, one_line
 from rlrun.core.registry import ENVS, RegistryError, suggest
+from rlrun.envs.action_mask import pack_action_mask, random_actions
 from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
@@ -151,8 +152,14 @@ def make_vector_env(
     ``vectorize='auto'`` uses the env's own numpy-vectorised implementation when gymnasium has one
     (CartPole-v1: ~10x faster than stepping Python envs in a loop) and a SyncVectorEnv otherwise;
     with wrappers, only when every one of them has a vector form. ``'envpool'``: EnvPool's C++ pool
-    (rlrun/envs/envpool.py, optional package).
+    (rlrun/envs/envpool.py, optional package). Observations that carry an action mask are packed
+    after the wrappers (rlrun/envs/action_mask.py).
     """
+    return pack_action_mask(_vector_env(env_id, num_envs, kwargs, vectorize, wrappers))
+
+
+def _vector_env(env_id: str, num_envs: int, kwargs: dict[str, Any] | None, vectorize: str,
+                wrappers: Sequence[Any]) -> gym.vector.VectorEnv:
     kwargs = dict(kwargs or {})
     if vectorize != "envpool":  # EnvPool's ids are its own (Breakout-v5, not ALE/Breakout-v5): checked there
         check_env_id(env_id)
@@ -255,7 +262,7 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
     observation and action spaces."""
     try:
         env = make_vector_env(env_id, 1, kwargs, vectorize, wrappers)
-    except RegistryError:
+    except (RegistryError, PluginError):
         raise
     except Exception as e:
         missing = _missing_extra(env_id, e)
@@ -271,8 +278,8 @@ def probe_env(env_id: str, kwargs: dict[str, Any] | None = None, vectorize: str 
         obs_space = env.single_observation_space
         if not isinstance(obs_space, gym.spaces.Box | gym.spaces.Discrete):
             raise PluginError(f"env.id: {env_id} has a {type(obs_space).__name__} observation space; rlrun's models "
-                              "take Box or Discrete observations: add a wrapper (env.wrappers: [flatten_observation], "
-                              "or [minigrid_image] for MiniGrid)")
+                              "take Box or Discrete observations, or a Dict of one and an 'action_mask': add a wrapper "
+                              "(env.wrappers: [flatten_observation], or [minigrid_image] for MiniGrid)")
         return obs_space, env.single_action_space
     finally:
         env.close()
@@ -299,8 +306,10 @@ def _probe(env: gym.vector.VectorEnv, env_id: str, steps: int) -> None:
     try:
         out = env.reset(seed=0)
         _check_obs(out[0], shape, env_id, "reset()")
+        obs = out[0]
         for _ in range(steps):
-            res = env.step(env.action_space.sample())
+            res = env.step(random_actions(env, obs))
+            obs = res[0]
             if len(res) != 5:
                 raise PluginError(f"env.id: {env_id}.step() returned {len(res)} values, gymnasium's API has 5 "
                                   "(obs, reward, terminated, truncated, info); an old gym env?")

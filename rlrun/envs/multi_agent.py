@@ -44,17 +44,25 @@ from rlrun.config.multi_agent import PETTINGZOO
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
+from rlrun.envs.action_mask import masked_space, pack
 
 
 # --------------------------------------------------------------------------- envs
 class ObsAdapter:
-    """Turns one agent's observations into float32 arrays (``Discrete(n)``: one-hot)."""
+    """Turns one agent's observations into float32 arrays (``Discrete(n)``: one-hot; a Dict with an
+    ``action_mask``: packed, rlrun/envs/action_mask.py)."""
 
-    def __init__(self, space: gym.Space) -> None:
+    def __init__(self, space: gym.Space, action_space: gym.Space | None = None) -> None:
         self.discrete = isinstance(space, gym.spaces.Discrete)
-        if isinstance(space, gym.spaces.Discrete):
+        self.masked = masked_space(space, action_space) if action_space is not None else None
+        self.space: gym.Space
+        if self.masked is not None:
+            assert isinstance(space, gym.spaces.Dict)
+            self.source = space.spaces[self.masked.key]
+            self.space = self.masked
+        elif isinstance(space, gym.spaces.Discrete):
             self.n, self.start = int(space.n), int(space.start)
-            self.space: gym.Space = gym.spaces.Box(0.0, 1.0, (self.n,), np.float32)
+            self.space = gym.spaces.Box(0.0, 1.0, (self.n,), np.float32)
         elif isinstance(space, gym.spaces.Box):
             self.space = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), space.shape,
                                         np.float32)
@@ -63,6 +71,8 @@ class ObsAdapter:
                               "(Box and Discrete are)")
 
     def __call__(self, obs: Any) -> np.ndarray:
+        if self.masked is not None:
+            return pack(self.masked, self.source, obs, batch=False)
         if self.discrete:
             out = np.zeros(self.n, np.float32)
             out[int(obs) - self.start] = 1.0
@@ -192,7 +202,8 @@ class ParallelEnvs:
         self.num_envs = len(envs)
         self.metadata = getattr(envs[0], "metadata", {})
         self.possible_agents = list(envs[0].possible_agents)
-        self.adapters = {a: ObsAdapter(envs[0].observation_space(a)) for a in self.possible_agents}
+        self.adapters = {a: ObsAdapter(envs[0].observation_space(a), envs[0].action_space(a))
+                         for a in self.possible_agents}
         n = self.num_envs
         self._obs = {a: np.zeros((n, *ad.space.shape), np.float32) for a, ad in self.adapters.items()}  # type: ignore[misc]
         self._acting = {a: np.zeros(n, bool) for a in self.possible_agents}

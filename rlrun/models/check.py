@@ -10,7 +10,8 @@ from torch import nn
 
 from rlrun.config.schemas import ModelConfig
 from rlrun.core.errors import PluginError, first_line
-from rlrun.core.registry import DISTRIBUTIONS, MODELS
+from rlrun.core.registry import DISTRIBUTIONS
+from rlrun.models.action_mask import build_model
 from rlrun.models.distributions import model_distribution
 
 
@@ -24,7 +25,7 @@ def check_model_fits(model_cfg: ModelConfig, obs_space: gym.Space, action_space:
     except (AssertionError, ValueError, TypeError):  # a distribution for another kind of action space
         raise PluginError(f"model.action_dist: '{dist_name}' cannot act in the env's action space {action_space}"
                           ) from None
-    model = MODELS.get(model_cfg.name)(obs_space, action_space, num_outputs, model_cfg)
+    model = build_model(model_cfg.name, obs_space, action_space, num_outputs, model_cfg)
     check_model_output(model, obs_space, model_cfg.name, num_outputs)
     return model
 

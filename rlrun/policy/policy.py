@@ -30,10 +30,11 @@ from rlrun.config.schemas import AlgoConfig, LossConfig, ModelConfig
 from rlrun.core.errors import NonFiniteLossError as NonFiniteLossError  # re-exported
 from rlrun.core.errors import PluginError
 from rlrun.core.metrics import DEFAULT_POLICY_ID as DEFAULT_POLICY_ID  # re-exported
-from rlrun.core.registry import DISTRIBUTIONS, MODELS
+from rlrun.core.registry import DISTRIBUTIONS
 from rlrun.data.batch import SampleBatch
 from rlrun.data.postprocessing import clip_rewards, explained_variance, piecewise
 from rlrun.envs.filters import NoFilter, make_filter
+from rlrun.models.action_mask import build_model
 from rlrun.models.check import check_model_output
 from rlrun.models.distributions import ActionDistribution, model_distribution
 from rlrun.models.numpy_actor import NumpyActor
@@ -141,9 +142,8 @@ class Policy:
         self.dist_class: type[ActionDistribution] = DISTRIBUTIONS.get(dist_name, "model.action_dist")
         num_outputs = self.dist_class.required_inputs(spec.action_space)
         torch.manual_seed(spec.seed)
-        self.model: nn.Module = MODELS.get(spec.model.name)(
-            spec.obs_space, spec.action_space, num_outputs, spec.model
-        )
+        self.model: nn.Module = build_model(spec.model.name, spec.obs_space, spec.action_space, num_outputs,
+                                            spec.model)  # an action-masked observation: behind MaskedModel
         check_model_output(self.model, spec.obs_space, spec.model.name, num_outputs)
         self.recurrent = bool(getattr(self.model, "is_recurrent", False))
         self._rnn: Any = self.model  # a recurrent model's extra methods (rlrun/models/lstm.py), untyped for nn.Module

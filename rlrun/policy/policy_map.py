@@ -17,6 +17,7 @@ from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS
+from rlrun.data.spaces import MaskedBox
 from rlrun.envs.copies import agent_spaces, copy_agent_spaces
 
 
@@ -71,10 +72,13 @@ class HeuristicPolicy:
 
 @HEURISTICS.register("random")
 class RandomPolicy(HeuristicPolicy):
-    """Uniformly random actions from the action space."""
+    """Uniformly random actions from the action space (from the legal ones, under an action mask)."""
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         space = self.action_space
+        if isinstance(self.observation_space, MaskedBox) and isinstance(space, gym.spaces.Discrete):
+            legal = obs[:, :self.observation_space.mask_size] > 0.5  # the legal action with the highest uniform score
+            return space.start + np.where(legal, self.np_rng.random(legal.shape), -1.0).argmax(1)
         if isinstance(space, gym.spaces.Discrete):
             return space.start + self.np_rng.integers(0, space.n, size=len(obs))
         if isinstance(space, gym.spaces.Box):
@@ -84,7 +88,8 @@ class RandomPolicy(HeuristicPolicy):
 
 @HEURISTICS.register("always_same")
 class AlwaysSamePolicy(HeuristicPolicy):
-    """The same action every step (``heuristic_kwargs: {action: 0}``; default the first action)."""
+    """The same action every step (``heuristic_kwargs: {action: 0}``; default the first action); under an
+    action mask, the first legal action where that one is illegal."""
 
     def __init__(self, policy_id: str, obs_space: gym.Space, action_space: gym.Space, seed: int = 0,
                  action: Any = None) -> None:
@@ -97,7 +102,13 @@ class AlwaysSamePolicy(HeuristicPolicy):
                               f"action space {action_space}")
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        return np.repeat(self.action[None], len(obs), axis=0)
+        actions = np.repeat(self.action[None], len(obs), axis=0)
+        if isinstance(self.observation_space, MaskedBox) and isinstance(self.action_space, gym.spaces.Discrete):
+            legal = obs[:, :self.observation_space.mask_size] > 0.5
+            start = self.action_space.start
+            ok = legal[np.arange(len(obs)), actions - start]
+            actions = np.where(ok, actions, start + legal.argmax(1))
+        return actions
 
 
 # --------------------------------------------------------------------------- agents -> policies

@@ -1,0 +1,264 @@
+"""Action masking: envs whose observations carry an ``action_mask`` (rlrun/envs/action_mask.py,
+rlrun/models/action_mask.py). The plugin envs (tests/plugins/masked_envs.py) raise on an illegal action,
+so every run here that finishes took legal actions only."""
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlrun.algos.algorithm import make_policy
+from rlrun.app.compose import compose
+from rlrun.app.runner import run
+from rlrun.core.errors import PluginError
+from rlrun.core.registry import ENVS
+from rlrun.data.parquet import read_meta
+from rlrun.data.spaces import MaskedBox, same_space, space_from_json, space_to_json
+from rlrun.envs.action_mask import masked_space, pack
+from rlrun.envs.make import make_vector_env
+from rlrun.models.action_mask import FLOAT_MIN, MaskedModel
+from rlrun.models.distributions import Categorical
+from rlrun.policy.policy_map import AlwaysSamePolicy, RandomPolicy
+from rlrun.sources.plugins import load_builtins
+
+from .conftest import REPO, isolated, run_summary
+
+PLUGINS = Path(__file__).parent / "plugins"
+N = 6
+
+
+def _space(n=N, obs=None, **extra):
+    return gym.spaces.Dict({"action_mask": gym.spaces.Box(0, 1, (n,), np.int8),
+                            "observation": obs or gym.spaces.Box(0.0, 1.0, (3, 2), np.float32), **extra})
+
+
+@pytest.fixture
+def masked_envs(monkeypatch, tmp_path):
+    """The plugin's envs registered for this test only (and importable in its Ray workers)."""
+    shutil.copy(PLUGINS / "masked_envs.py", tmp_path)
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.delitem(sys.modules, "masked_envs", raising=False)
+    load_builtins()
+    import masked_envs
+
+    return masked_envs
+
+
+def _random_masks(rng, rows, n=N):
+    legal = rng.random((rows, n)) < 0.5
+    legal[np.arange(rows), rng.integers(n, size=rows)] = True
+    return legal
+
+
+def test_a_masked_observation_is_one_vector_mask_first_and_round_trips():
+    space = masked_space(_space(), gym.spaces.Discrete(N))
+    assert isinstance(space, MaskedBox) and space.shape == (N + 6,) and space.dtype == np.float32
+    assert space.mask_size == N and space.key == "observation" and space.inner.shape == (3, 2)
+    obs = {"action_mask": np.array([0, 1, 0, 0, 1, 1], np.int8), "observation": np.arange(6.0).reshape(3, 2)}
+    one = pack(space, _space()["observation"], obs, batch=False)
+    assert one.tolist() == [0, 1, 0, 0, 1, 1, 0, 1, 2, 3, 4, 5] and one.dtype == np.float32
+    two = pack(space, _space()["observation"], {k: np.stack([v, v]) for k, v in obs.items()}, batch=True)
+    assert two.shape == (2, 12) and (two == one).all()
+    assert space_from_json(json.loads(json.dumps(space_to_json(space)))) == space
+    assert pickle.loads(pickle.dumps(space)) == space  # Ray actors get it pickled
+    assert not same_space(space, gym.spaces.Box(0, 1, (12,), np.float32))  # a dataset recorded without the mask
+    discrete = masked_space(_space(obs=gym.spaces.Discrete(4, start=1)), gym.spaces.Discrete(N))
+    assert discrete.shape == (N + 4,)  # one-hot, as multi-agent runs encode Discrete observations
+    assert pack(discrete, gym.spaces.Discrete(4, start=1),
+                {"action_mask": np.ones(N, np.int8), "observation": 3}, batch=False)[N:].tolist() == [0, 0, 1, 0]
+    assert masked_space(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2)) is None
+
+
+@pytest.mark.parametrize("space, action_space, message", [
+    (_space(), gym.spaces.Box(-1, 1, (2,)), "takes a Discrete action space; the env's is Box(-1.0, 1.0, (2,)"),
+    (_space(n=4), gym.spaces.Discrete(N),
+     "'action_mask' must be 6 zeros and ones (one per action); it is Box(0, 1, (4,)"),
+    (_space(score=gym.spaces.Discrete(3)), gym.spaces.Discrete(N),
+     "takes one observation beside 'action_mask'; the Dict has ['observation', 'score']"),
+    (_space(obs=gym.spaces.Tuple([gym.spaces.Discrete(2)])), gym.spaces.Discrete(N),
+     "'observation' must be a Box or Discrete observation; it is Tuple(Discrete(2))"),
+])
+def test_a_mask_that_cannot_be_packed_gets_one_line(space, action_space, message):
+    with pytest.raises(PluginError) as e:
+        masked_space(space, action_space)
+    assert str(e.value).startswith("env.id: an observation with an action mask ") and message in str(e.value)
+
+
+def test_the_masked_policy_never_samples_an_illegal_action_and_its_math_stays_finite():
+    space = masked_space(_space(), gym.spaces.Discrete(N))
+    policy = make_policy("ppo", space, gym.spaces.Discrete(N), seed=3)
+    assert isinstance(policy.model, MaskedModel)
+    rng = np.random.default_rng(0)
+    legal = _random_masks(rng, 4000)
+    obs = np.concatenate([legal, rng.normal(size=(4000, 6))], 1).astype(np.float32)
+    sampled = policy.compute_actions(obs, explore=True)
+    assert legal[np.arange(4000), sampled.actions].all()
+    assert np.isfinite(sampled.logp).all() and (sampled.logp <= 0).all()
+    greedy = policy.compute_actions(obs, explore=False).actions
+    inner = policy.model.inner(torch.as_tensor(obs[:, N:].reshape(-1, 3, 2))).dist_inputs.detach().numpy()
+    assert (greedy == np.where(legal, inner, -np.inf).argmax(1)).all()  # the best legal action
+    # every legal action gets sampled: the mask removes the illegal ones and nothing else
+    seen = np.zeros((N,), bool)
+    only_two = np.zeros((1, N), bool)
+    only_two[0, [1, 4]] = True
+    x = np.repeat(np.concatenate([only_two, np.zeros((1, 6), bool)], 1).astype(np.float32), 400, 0)
+    seen[np.unique(policy.compute_actions(x, explore=True).actions)] = True
+    assert seen.tolist() == [False, True, False, False, True, False]
+    # log-probabilities, entropy, KL and their gradients: finite where actions are illegal
+    out = policy.model(torch.as_tensor(obs[:256]))
+    assert (out.dist_inputs.detach().numpy()[~legal[:256]] == FLOAT_MIN).all()
+    dist = Categorical(out.dist_inputs)
+    loss = -dist.logp(torch.as_tensor(sampled.actions[:256])).mean() - dist.entropy().mean() + dist.kl(
+        Categorical(out.dist_inputs.detach() * 0.5)).mean()
+    loss.backward()
+    inner = policy.model.inner
+    grads = [p.grad for p in [*inner.pi_head.parameters(), *inner.torso.parameters()]]
+    assert torch.isfinite(loss) and all(g is not None and torch.isfinite(g).all() for g in grads)
+    most = torch.log(torch.tensor(legal[:256].sum(1), dtype=torch.float32))  # uniform over the legal actions
+    assert torch.isfinite(dist.entropy()).all() and (dist.entropy() <= most + 1e-5).all()
+
+
+def test_heuristic_policies_act_legally_under_a_mask():
+    space = masked_space(_space(), gym.spaces.Discrete(N))
+    rng = np.random.default_rng(1)
+    legal = _random_masks(rng, 2000)
+    obs = np.concatenate([legal, np.zeros((2000, 6))], 1).astype(np.float32)
+    rand = RandomPolicy("r", space, gym.spaces.Discrete(N)).act(obs)
+    assert legal[np.arange(2000), rand].all() and len(np.unique(rand)) == N
+    same = AlwaysSamePolicy("s", space, gym.spaces.Discrete(N), action=2).act(obs)
+    assert legal[np.arange(2000), same].all()
+    assert (same[legal[:, 2]] == 2).all() and (same[~legal[:, 2]] == legal[~legal[:, 2]].argmax(1)).all()
+
+
+def test_a_vector_env_of_an_action_masked_env_is_packed(masked_envs):
+    env = make_vector_env("masked_pick", 3)
+    try:
+        assert isinstance(env.single_observation_space, MaskedBox)
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (3, 2 * N) and (obs[:, :N] == obs[:, N:]).all()  # the plugin's observation is its mask
+        with pytest.raises(masked_envs.IllegalAction):  # and an illegal action is refused by the env itself
+            env.step(np.array([int(np.flatnonzero(obs[i, :N] == 0)[0]) if (obs[i, :N] == 0).any() else 0
+                               for i in range(3)]))
+    finally:
+        env.close()
+
+
+def _cfg(tmp_path, *overrides):
+    return compose(["env.id=masked_pick", "plugins=[masked_envs]", "tracking=none", "progress=false",
+                    f"output_dir={tmp_path / 'run'}", *overrides])
+
+
+def test_ppo_learns_to_pick_the_best_legal_action(tmp_path, masked_envs):
+    """Picking uniformly among the legal actions earns ~4 of 10 (the first iterations); the rule, 10."""
+    out = run(_cfg(tmp_path, "+experiment=ppo_cartpole", "stop.timesteps_total=30000", "evaluation.interval=10",
+                   "evaluation.num_episodes=10"), launch_dir=tmp_path)
+    first = out.history[0]["rollout/episode_return_mean"]
+    assert first < 6, first
+    assert out.metrics["rollout/episode_return_mean"] >= 9.5, out.metrics["rollout/episode_return_mean"]
+    assert out.metrics["eval/episode_return_mean"] >= 9.5
+
+
+@pytest.mark.parametrize("experiment, extra", [
+    ("pg_cartpole", []), ("a2c_cartpole", []), pytest.param("appo_cartpole", [], marks=pytest.mark.ray),
+    ("ppo_lstm_stateless_cartpole", ["env.wrappers=[]", "rollout.observation_filter=none"]),
+])
+def test_every_algorithm_that_acts_by_its_distribution_acts_legally(tmp_path, masked_envs, experiment, extra):
+    out = run(_cfg(tmp_path, f"+experiment={experiment}", "stop.training_iteration=3", "evaluation.interval=3",
+                   "evaluation.num_episodes=3", *extra), launch_dir=tmp_path)
+    assert out.metrics["training_iteration"] == 3 and out.metrics["episodes_total"] > 0
+    assert out.metrics["eval/episode_return_mean"] >= 0  # greedy evaluation took legal actions too
+
+
+@pytest.mark.parametrize("heuristic", ["random", "always_same"])
+def test_multi_agent_masked_policies_learn_beside_heuristics(tmp_path, masked_envs, heuristic):
+    out = run(_cfg(tmp_path, "+experiment=ppo_rps", "env.id=masked_pair", "~env.kwargs", "stop.timesteps_total=20000",
+                   "multiagent.policy_mapping.learned=[a]", "multiagent.policy_mapping.always_same=[b]",
+                   f"multiagent.policies.always_same.heuristic={heuristic}"), launch_dir=tmp_path)
+    assert out.metrics["rollout/learned/episode_return_mean"] >= 9.0, out.metrics
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+experiment=dqn_cartpole"], "algo.name: algo 'dqn' does not act on an action mask yet, and the env's "
+                                   "observations carry one; these do: a2c, appo, bc, marwil, pg, ppo"),
+    (["+experiment=sac_cartpole"], "algo.name: algo 'sac' does not act on an action mask yet"),
+    (["+experiment=ppo_cartpole", "rollout.observation_filter=mean_std"],
+     "rollout.observation_filter: 'mean_std' would rescale the env's action mask; set rollout.observation_filter=none"),
+])
+def test_what_cannot_act_on_a_mask_is_refused_before_compute(tmp_path, masked_envs, overrides, message):
+    with pytest.raises(PluginError) as e:
+        run(_cfg(tmp_path, *overrides), launch_dir=tmp_path)
+    assert message in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
+def _rlrun(tmp_path, *args, tool="rlrun"):
+    module = {"rlrun": "rlrun", "rlrun-eval": "rlrun.app.eval_cli"}[tool]
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+
+
+def test_cli_trains_evaluates_and_records_a_masked_env(tmp_path):
+    """From the command line: a run, a refused algorithm (exit 2, one line), rlrun-eval's greedy
+    episodes recorded as a dataset whose spaces keep the mask, and BC learning from it."""
+    shutil.copy(PLUGINS / "masked_envs.py", tmp_path)
+    common = ["env.id=masked_pick", "plugins=[masked_envs]", "tracking=none"]
+    p = _rlrun(tmp_path, "+experiment=ppo_cartpole", *common, "stop.timesteps_total=25000", "output_dir=run")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert float(run_summary(p.stdout)["final"]) >= 9.0
+    bad = _rlrun(tmp_path, "+experiment=dqn_cartpole", *common)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "algo.name: algo 'dqn' does not act on an action mask yet" in bad.stderr
+    ev = _rlrun(tmp_path, "checkpoint=run", "episodes=5", "output=data", tool="rlrun-eval")
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "mean 10.00" in ev.stdout, ev.stdout
+    meta = read_meta(next((tmp_path / "data").glob("*.parquet")))
+    assert meta["observation_space"]["type"] == "MaskedBox" and meta["observation_space"]["mask_size"] == N
+    bc = _rlrun(tmp_path, "+experiment=bc_cartpole", *common, "input=data", "stop.training_iteration=2",
+                "output_dir=bc")
+    assert bc.returncode == 0, bc.stderr[-3000:]
+
+
+@pytest.mark.ray
+def test_ray_workers_act_on_the_mask(tmp_path):
+    shutil.copy(PLUGINS / "masked_envs.py", tmp_path)
+    args = [sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "env.id=masked_pick", "plugins=[masked_envs]",
+            "tracking=none", "rollout=ray", "rollout.num_workers=2", "stop.timesteps_total=20000"]
+    p = subprocess.run(isolated(args), cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert float(run_summary(p.stdout)["final"]) >= 9.0
+
+
+@pytest.mark.parametrize("model", ["cnn", "lstm"])
+def test_image_and_recurrent_models_take_the_mask_too(model):
+    from rlrun.models.cnn import CNNConfig
+    from rlrun.models.lstm import LSTMConfig
+
+    image = gym.spaces.Box(0, 255, (7, 7, 3), np.uint8)
+    space = masked_space(_space(obs=image), gym.spaces.Discrete(N))
+    cfg = CNNConfig() if model == "cnn" else LSTMConfig()
+    policy = make_policy("ppo", space, gym.spaces.Discrete(N), model_config=cfg, seed=0)
+    assert type(policy.model.inner).__name__ == ("CNNModel" if model == "cnn" else "LSTMModel")
+    rng = np.random.default_rng(2)
+    legal = _random_masks(rng, 64)
+    frames = rng.integers(0, 256, (64, 7 * 7 * 3))
+    obs = np.concatenate([legal, frames], 1).astype(np.float32)
+    x = policy.model.split(torch.as_tensor(obs))[1]
+    assert x.dtype == torch.uint8 and (x.numpy().reshape(64, -1) == frames).all()  # the CNN scales uint8 itself
+    state = policy.initial_state(64) if model == "lstm" else None
+    for explore in (True, False):
+        out = policy.compute_actions(obs, explore, state) if state else policy.compute_actions(obs, explore)
+        assert legal[np.arange(64), out.actions].all()
+    if model == "lstm":  # the learner's sequence pass masks as acting does
+        seq, _ = policy.model.forward_seq(torch.as_tensor(obs).reshape(8, 8, -1), policy.model.initial_state(8))
+        assert seq.dist_inputs.shape == (8, 8, N)
+        assert (seq.dist_inputs.detach().numpy().reshape(64, N)[~legal] == FLOAT_MIN).all()
