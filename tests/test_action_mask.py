@@ -186,10 +186,30 @@ def test_multi_agent_masked_policies_learn_beside_heuristics(tmp_path, masked_en
     assert out.metrics["rollout/learned/episode_return_mean"] >= 9.0, out.metrics
 
 
+@pytest.mark.slow
+def test_dqn_learns_the_rule_on_legal_q_values(tmp_path, masked_envs):
+    """The greedy action and the target's max are over legal Q-values (the model masks them)."""
+    out = run(_cfg(tmp_path, "+experiment=dqn_cartpole", "stop.timesteps_total=10000", "evaluation.interval=0"),
+              launch_dir=tmp_path)
+    first = out.history[0]["rollout/episode_return_mean"]
+    assert first < 6 and out.metrics["rollout/episode_return_mean"] >= 9.0, (first, out.metrics)
+
+
+def test_dqn_explores_and_acts_on_legal_actions_only():
+    """Epsilon-greedy draws among the legal actions (at the start epsilon is 1: every action random)."""
+    policy = make_policy("dqn", masked_space(_space(), gym.spaces.Discrete(N)), gym.spaces.Discrete(N))
+    legal = _random_masks(np.random.default_rng(4), 3000)
+    obs = np.concatenate([legal, np.zeros((3000, 6))], 1).astype(np.float32)
+    for explore in (True, False):
+        assert legal[np.arange(3000), policy.compute_actions(obs, explore).actions].all()
+
+
 @pytest.mark.parametrize("overrides, message", [
-    (["+experiment=dqn_cartpole"], "algo.name: algo 'dqn' does not act on an action mask yet, and the env's "
-                                   "observations carry one; these do: a2c, appo, bc, marwil, pg, ppo"),
-    (["+experiment=sac_cartpole"], "algo.name: algo 'sac' does not act on an action mask yet"),
+    (["+experiment=sac_cartpole"], "algo.name: algo 'sac' does not act on an action mask yet, and the env's "
+                                   "observations carry one; these do: a2c, appo, bc, dqn, marwil, pg, ppo"),
+    (["+experiment=rainbow_cartpole"], "model.num_atoms: 51 (C51's atoms) do not take the env's action mask yet; "
+                                       "set model.num_atoms=1"),
+    (["+experiment=td3_pendulum"], "algo.name: algo 'td3' does not act on an action mask yet"),
     (["+experiment=ppo_cartpole", "rollout.observation_filter=mean_std"],
      "rollout.observation_filter: 'mean_std' would rescale the env's action mask; set rollout.observation_filter=none"),
 ])
@@ -202,10 +222,12 @@ def test_what_cannot_act_on_a_mask_is_refused_before_compute(tmp_path, masked_en
 
 def _rlrun(tmp_path, *args, tool="rlrun"):
     module = {"rlrun": "rlrun", "rlrun-eval": "rlrun.app.eval_cli"}[tool]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(tmp_path / "minari")}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+                          timeout=600, env=env, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 def test_cli_trains_evaluates_and_records_a_masked_env(tmp_path):
     """From the command line: a run, a refused algorithm (exit 2, one line), rlrun-eval's greedy
     episodes recorded as a dataset whose spaces keep the mask, and BC learning from it."""
@@ -214,17 +236,90 @@ def test_cli_trains_evaluates_and_records_a_masked_env(tmp_path):
     p = _rlrun(tmp_path, "+experiment=ppo_cartpole", *common, "stop.timesteps_total=25000", "output_dir=run")
     assert p.returncode == 0, p.stderr[-3000:]
     assert float(run_summary(p.stdout)["final"]) >= 9.0
-    bad = _rlrun(tmp_path, "+experiment=dqn_cartpole", *common)
+    bad = _rlrun(tmp_path, "+experiment=sac_cartpole", *common)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
-    assert "algo.name: algo 'dqn' does not act on an action mask yet" in bad.stderr
-    ev = _rlrun(tmp_path, "checkpoint=run", "episodes=5", "output=data", tool="rlrun-eval")
+    assert "algo.name: algo 'sac' does not act on an action mask yet" in bad.stderr
+    ev = _rlrun(tmp_path, "checkpoint=run", "episodes=5", "output=data", "render=true", "out=eval", tool="rlrun-eval")
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert "mean 10.00" in ev.stdout, ev.stdout
+    assert list((tmp_path / "eval").glob("*.gif")), list((tmp_path / "eval").iterdir())  # rendered episodes packed too
     meta = read_meta(next((tmp_path / "data").glob("*.parquet")))
     assert meta["observation_space"]["type"] == "MaskedBox" and meta["observation_space"]["mask_size"] == N
     bc = _rlrun(tmp_path, "+experiment=bc_cartpole", *common, "input=data", "stop.training_iteration=2",
                 "output_dir=bc")
     assert bc.returncode == 0, bc.stderr[-3000:]
+    no_env = _rlrun(tmp_path, "+experiment=bc_cartpole", *SPACES, "tracking=none", "input=data",  # spaces declared
+                    "stop.training_iteration=2", "output_dir=bc_no_env", "evaluation.interval=0")
+    assert no_env.returncode == 0, no_env.stderr[-3000:]
+    mi = _rlrun(tmp_path, "checkpoint=run", "episodes=3", "output=minari:masked/pick-v0", tool="rlrun-eval")
+    assert mi.returncode == 0, mi.stderr[-3000:]  # Minari stores the packed vector as a plain Box
+    bc = _rlrun(tmp_path, "+experiment=bc_cartpole", *common, "input=minari:masked/pick-v0",
+                "stop.training_iteration=2", "output_dir=bc_minari")
+    assert bc.returncode == 0, bc.stderr[-3000:]
+
+
+SPACES = ("env.id=null", f"env.observation_space={{type: MaskedBox, mask_size: {N}, inner: {{type: Box, shape: [{N}], "
+          "low: 0, high: 1}}", f"env.action_space={{type: Discrete, n: {N}}}")
+
+
+def test_a_declared_masked_space_is_the_recorded_one():
+    from rlrun.data.spaces import space_from_config
+
+    declared = space_from_config({"type": "MaskedBox", "mask_size": N, "inner": {"type": "Box", "shape": [N],
+                                                                              "low": 0, "high": 1}}, "k")
+    assert declared == masked_space(gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(N),
+                                                     "observation": gym.spaces.Box(0.0, 1.0, (N,), np.float32)}),
+                                    gym.spaces.Discrete(N))
+    with pytest.raises(ValueError, match=r"k: .* is not a valid MaskedBox space \(mask_size: a positive integer"):
+        space_from_config({"type": "MaskedBox", "mask_size": 0, "inner": {"type": "Box", "shape": [2]}}, "k")
+    with pytest.raises(ValueError, match="k.inner: expected"):
+        space_from_config({"type": "MaskedBox", "mask_size": 2}, "k")
+    sample = declared.sample()  # an example observation's mask is zeros and ones, one legal action at least
+    assert set(sample[:N].tolist()) <= {0.0, 1.0} and sample[:N].sum() >= 1
+
+
+def test_make_trainer_refuses_what_a_run_refuses(tmp_path, masked_envs):
+    from rlrun.app.runner import make_trainer
+
+    for extra in (["+experiment=sac_cartpole"], ["+experiment=ppo_cartpole", "rollout.observation_filter=mean_std"]):
+        with pytest.raises(PluginError):
+            make_trainer(["env.id=masked_pick", "plugins=[masked_envs]", "tracking=none", *extra], launch_dir=tmp_path)
+
+
+def test_a_policy_client_sends_dict_observations_to_a_masked_server(tmp_path):
+    """A served run with declared masked spaces; the client plays the plugin's env itself and passes its
+    Dict observations as they are (the client packs them); the env raises on an illegal action."""
+    from rlrun.app.client import PolicyClient, RunFinished
+
+    from .test_serving import ServerRun
+
+    sys.path.insert(0, str(PLUGINS))
+    try:
+        from masked_envs import MaskedPick
+    finally:
+        sys.path.remove(str(PLUGINS))
+    server = ServerRun(tmp_path, "+experiment=ppo_cartpole", *SPACES, "stop.timesteps_total=2048",
+                       "tracking.log_model=false", "evaluation.interval=0")
+    client = PolicyClient(server.address, token_file=tmp_path / "server.token")
+    env, steps = MaskedPick(), 0
+    try:
+        while steps < 20_000:
+            obs, _ = env.reset(seed=steps)
+            eid = client.start_episode()
+            done = False
+            while not done:
+                obs, reward, _, done, _ = env.step(client.get_action(eid, obs))
+                client.log_returns(eid, reward)
+                steps += 1
+            client.end_episode(eid, obs, truncated=True)
+    except RunFinished:
+        pass
+    finally:
+        client.close()
+    server.wait()
+    assert 2048 <= steps < 20_000
+    with pytest.raises(ValueError, match="takes one other entry"):
+        client.get_action("x", {"action_mask": [1, 0], "a": [0.0], "b": [1.0]})
 
 
 @pytest.mark.ray

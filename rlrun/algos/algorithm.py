@@ -79,6 +79,7 @@ class Algorithm:
     default_loss: str
     postprocess: PostprocessFn | None = None
     compute_actions: ActionFn | None = None
+    masks_actions: bool = False  # its compute_actions keeps to an action mask (the model's masked outputs)
     make_state: StateFn = no_state
     learn: LearnFn = learn_on_batch
     async_broadcast_interval: Callable[[AlgoConfig], int] | None = None
@@ -104,7 +105,8 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
     """Before a run starts: the action space the algorithm acts in, an action mask it can act on, then
     the model (built once and checked against the spaces), then the action distribution - one line
     naming the key."""
-    if isinstance(obs_space, MaskedBox):
+    masked = isinstance(obs_space, MaskedBox)
+    if masked:
         check_mask_fits(algo, prefix, observation_filter)
     if algo.action_spaces and not isinstance(action_space, algo.action_spaces):
         kinds = " or ".join(t.__name__ for t in algo.action_spaces)
@@ -114,6 +116,9 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
         model = check_model_fits(model_cfg, obs_space, action_space)
     except PluginError as e:  # the policy's key prefix in a multi-agent run
         raise PluginError(f"{prefix}{e}") from None
+    if masked and getattr(model, "num_atoms", 1) > 1:
+        raise PluginError(f"{prefix}model.num_atoms: {model.num_atoms} (C51's atoms) do not take the env's action mask "
+                          "yet; set model.num_atoms=1")
     problem = algo.check_model(model, action_space) if algo.check_model is not None else None
     if problem:
         raise PluginError(f"{prefix}model.name: algo '{algo.name}' needs {problem}; model '{model_cfg.name}' has not")
@@ -125,10 +130,12 @@ def check_algorithm_fits(algo: Algorithm, model_cfg: ModelConfig, obs_space: gym
 
 def check_mask_fits(algo: Algorithm, prefix: str, observation_filter: str) -> None:
     """An env whose observations carry an action mask (rlrun/envs/action_mask.py): the model masks the
-    action distribution, so an algorithm that picks actions its own way (epsilon-greedy, Q argmax)
-    would not see it, and a filter would rescale the mask."""
-    if algo.compute_actions is not None:
-        able = sorted(n for n in ALGOS.names() if getattr(ALGOS.get(n), "compute_actions", 0) is None)
+    action distribution (or Q-values), so an algorithm that picks actions its own way would not see it
+    unless it says it does (``masks_actions``: DQN's argmax and epsilon-greedy), and a filter would
+    rescale the mask."""
+    if algo.compute_actions is not None and not algo.masks_actions:
+        able = sorted(n for n, a in ((n, ALGOS.get(n)) for n in ALGOS.names())
+                      if isinstance(a, Algorithm) and (a.compute_actions is None or a.masks_actions))
         raise PluginError(f"{prefix}algo.name: algo '{algo.name}' does not act on an action mask yet, and the env's "
                           f"observations carry one; these do: {', '.join(able)}")
     if observation_filter != "none":

@@ -28,6 +28,7 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
+from rlrun.models.action_mask import random_actions
 from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
 from rlrun.models.noisy import NoisyLinear, shared_noise
@@ -142,7 +143,7 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     actions = q.argmax(axis=-1)
     if explore and not (state is not None and state.noisy):
         rand = policy.np_rng.random(len(actions)) < epsilon(policy)
-        actions = np.where(rand, policy.np_rng.integers(0, q.shape[-1], len(actions)), actions)
+        actions = np.where(rand, random_actions(policy.np_rng, obs, policy.observation_space, q.shape[-1]), actions)
     zeros = np.zeros(len(actions), dtype=np.float32)
     return ActionOutput(actions.astype(np.int64), zeros, q.max(axis=-1), q)
 
@@ -387,6 +388,6 @@ DQN = register_algorithm(Algorithm(
     "dqn", DQNConfig, default_loss="dqn_td", postprocess=dqn_postprocess, compute_actions=dqn_actions,
     make_state=dqn_state, learn=dqn_learn, needs_next_obs=True, bootstrap_values=False, hand_gradient=dqn_hand_gradient,
     provides_columns=(*COLLECTED_COLUMNS, SB.NEXT_OBS, SB.NSTEP_NEXT_OBS, SB.NSTEP_REWARDS, SB.NSTEP_DISCOUNT),
-    metrics=("train/replay_size", "train/num_target_updates"),
+    metrics=("train/replay_size", "train/num_target_updates"), masks_actions=True,
     description="DQN with double Q, dueling heads, n-step returns",
 ))

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from rlrun.envs.action_mask import packed
 from rlrun.sources.serving.wire import PROTOCOL, SERVER_HEADER, encode_array
 
 SEND_BATCH = 32  # local mode: queued starts and uploads sent together in one request, at most
@@ -122,6 +123,7 @@ class PolicyClient:
 
     def get_action(self, episode_id: str, observation: Any) -> Any:
         """The policy's action for ``observation`` (an int for a Discrete space, else a numpy array)."""
+        observation = packed(observation)  # a Dict with an action mask: rlrun/envs/action_mask.py
         if self.inference == "local":
             return self._act_locally(episode_id, observation, None)
         a = self._call("get_action", self._step(episode_id, observation))["action"]
@@ -131,6 +133,7 @@ class PolicyClient:
         """``get_action`` for several episodes at once: ``observations`` is [N, ...], one per episode
         id; returns N actions. One round trip in remote mode (a ``batch`` request); with local
         inference one forward pass. A simulator that runs many episodes side by side should use it."""
+        observations = [packed(o) for o in observations]
         if self.inference != "local":
             answers = self._batch([("get_action", self._step(e, o))
                                    for e, o in zip(episode_ids, observations, strict=True)])
@@ -151,6 +154,7 @@ class PolicyClient:
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an action the client chose itself (off-policy data)."""
+        observation = packed(observation)
         if self.inference == "local":
             self._act_locally(episode_id, observation, action)
             return
@@ -168,6 +172,7 @@ class PolicyClient:
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """The episode ended at ``observation``: terminated, or ``truncated`` (cut by a time limit)."""
+        observation = packed(observation)
         if self.inference == "local":
             self._upload(episode_id, observation, "truncated" if truncated else "terminated")
             return

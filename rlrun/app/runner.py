@@ -393,4 +393,5 @@ def make_trainer(overrides: list[str] | None = None, launch_dir: str | Path | No
     from rlrun.app.compose import compose
 
     cfg = set_torch_compute(compose(list(overrides or []), str(launch_dir or os.getcwd())))
+    _check_policies(cfg, run_spaces(cfg, probe=True))  # as a run does: one line before anything starts
     return make_trainer_from(cfg, launch_dir)

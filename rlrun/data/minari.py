@@ -21,7 +21,7 @@ from rlrun.core.errors import first_line
 from rlrun.data.batch import SampleBatch
 from rlrun.data.parquet import DataError, DatasetWriter
 from rlrun.data.reader import ShuffledReader
-from rlrun.data.spaces import same_space, space_to_json
+from rlrun.data.spaces import MaskedBox, same_space, space_to_json
 
 SB = SampleBatch
 PREFIX = "minari:"
@@ -54,7 +54,9 @@ def load(source: str) -> Any:
 
 def check_minari(source: str, obs_space: gym.Space, action_space: gym.Space) -> Any:
     ds = load(source)
-    for key, theirs, ours in (("observation_space", ds.observation_space, obs_space),
+    # a dataset rlrun recorded from an action-masked env holds the packed vector as a plain Box
+    seen = obs_space.as_box() if isinstance(obs_space, MaskedBox) else obs_space
+    for key, theirs, ours in (("observation_space", ds.observation_space, seen),
                               ("action_space", ds.action_space, action_space)):
         if not isinstance(theirs, gym.spaces.Box | gym.spaces.Discrete | gym.spaces.MultiDiscrete) or \
                 not same_space(theirs, ours):

@@ -21,6 +21,16 @@ class MaskedBox(gym.spaces.Box):
         high = np.concatenate([np.ones(mask_size), np.asarray(inner.high, np.float64).ravel()]).astype(np.float32)
         super().__init__(low, high, low.shape, np.float32)
 
+    def as_box(self) -> gym.spaces.Box:
+        """The plain Box it is (as a Minari dataset recorded from it stores it)."""
+        return gym.spaces.Box(self.low, self.high, self.shape, np.float32)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        """A random observation whose mask is zeros and ones with at least one legal action."""
+        legal = (self.np_random.random(self.mask_size) < 0.5).astype(np.float32)
+        legal[self.np_random.integers(self.mask_size)] = 1.0
+        return np.concatenate([legal, np.asarray(self.inner.sample(), np.float32).ravel()])
+
     def __repr__(self) -> str:
         return f"MaskedBox({self.mask_size} mask entries, {self.key}={self.inner})"
 
@@ -87,7 +97,7 @@ def same_space(a: gym.Space, b: gym.Space) -> bool:
 
 BOX_KEYS = {"type", "shape", "low", "high", "dtype"}
 SPACE_KEYS = {"Box": BOX_KEYS, "Discrete": {"type", "n", "start"}, "MultiDiscrete": {"type", "nvec"},
-              "MultiBinary": {"type", "n"}}
+              "MultiBinary": {"type", "n"}, "MaskedBox": {"type", "mask_size", "inner", "key"}}
 
 
 def space_from_config(data: Any, key: str) -> gym.Space:
@@ -95,12 +105,19 @@ def space_from_config(data: Any, key: str) -> gym.Space:
     above, with Box bounds defaulting to -inf/inf and dtype to float32. Raises ``ValueError`` whose
     message names ``key`` and the offending value."""
     if not isinstance(data, dict) or data.get("type") not in SPACE_KEYS:
-        raise ValueError(f"{key}: expected {{type: Box|Discrete|MultiDiscrete|MultiBinary, ...}}, got {data!r}")
+        raise ValueError(f"{key}: expected {{type: Box|Discrete|MultiDiscrete|MultiBinary|MaskedBox, ...}}, got "
+                         f"{data!r}")
     unknown = sorted(set(data) - SPACE_KEYS[data["type"]])
     if unknown:
         raise ValueError(f"{key}: unknown key {unknown[0]!r} for a {data['type']} space "
                          f"(keys: {', '.join(sorted(SPACE_KEYS[data['type']]))})")
     full = dict(data)
+    if data["type"] == "MaskedBox":  # an action-masked observation: {type: MaskedBox, mask_size: n, inner: <Box>}
+        inner = space_from_config(data.get("inner"), f"{key}.inner")
+        if not isinstance(inner, gym.spaces.Box) or not isinstance(data.get("mask_size"), int) or data["mask_size"] < 1:
+            raise ValueError(f"{key}: {data!r} is not a valid MaskedBox space (mask_size: a positive integer, "
+                             "inner: a Box)")
+        return MaskedBox(inner, data["mask_size"], str(data.get("key", "observation")))
     if data["type"] == "Box":
         full = {"low": "-inf", "high": "inf", "dtype": "float32", **data}
     try:

@@ -10,6 +10,7 @@ does; the policy's model reads the mask back and gives illegal actions no probab
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -59,6 +60,17 @@ def pack(space: MaskedBox, inner: gym.Space, obs: dict[str, Any], batch: bool) -
     if batch:
         return np.concatenate([mask.reshape(len(mask), -1), x.reshape(len(x), -1)], axis=1)
     return np.concatenate([mask.ravel(), x.ravel()])
+
+
+def packed(obs: Any) -> Any:
+    """A policy client's observation: a Dict with an action mask -> the packed vector (its other entry a
+    Box observation, flattened); anything else as it is."""
+    if not isinstance(obs, Mapping) or MASK_KEY not in obs:
+        return obs
+    rest = [k for k in obs if k != MASK_KEY]
+    if len(rest) != 1:
+        raise ValueError(f"observation: a Dict with an action mask takes one other entry, got {rest}")
+    return np.concatenate([np.asarray(obs[MASK_KEY], np.float32).ravel(), np.asarray(obs[rest[0]], np.float32).ravel()])
 
 
 def random_actions(env: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from rlrun.config.multi_agent import is_multi_agent_env
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
-from rlrun.envs.action_mask import MASK_KEY
+from rlrun.envs.action_mask import MASK_KEY, pack_action_mask
 from rlrun.envs.make import check_env_id, env_from_config, env_spaces, make_vector_env, probe_env_config
 from rlrun.envs.multi_agent import (
     Games,
@@ -130,7 +130,7 @@ def render_copy(env: Any) -> Any:
     else:
         check_env_id(env.id)  # imports the package of a MiniGrid id
         one = wrap_env(gym.make(env.id, render_mode="rgb_array", **env.kwargs), parse_wrappers(env.wrappers))
-    return OneAgentEnv(gym.vector.SyncVectorEnv([lambda: one]))
+    return OneAgentEnv(pack_action_mask(gym.vector.SyncVectorEnv([lambda: one])))
 
 
 def agent_spaces(env: Any, probe: bool = False, seed: int = 0) -> dict[str, tuple[gym.Space, gym.Space]]:

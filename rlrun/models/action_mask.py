@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -68,6 +69,15 @@ class MaskedModel(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(super().__getattr__("inner"), name)
+
+
+def random_actions(rng: np.random.Generator, obs: np.ndarray, obs_space: gym.Space, n: int) -> np.ndarray:
+    """One uniformly random action of ``n`` per row of ``obs``: among the legal ones where the
+    observations carry an action mask (epsilon-greedy exploration under a mask)."""
+    if not isinstance(obs_space, MaskedBox):
+        return rng.integers(0, n, len(obs))
+    legal = np.asarray(obs)[:, :obs_space.mask_size] > 0.5
+    return np.where(legal, rng.random(legal.shape), -1.0).argmax(1)
 
 
 def build_model(name: str, obs_space: gym.Space, action_space: gym.Space, num_outputs: int,

@@ -39,8 +39,11 @@ def _space(n: int) -> gym.spaces.Dict:
 
 
 class MaskedPick(gym.Env):
-    def __init__(self, n: int = 6) -> None:
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, n: int = 6, render_mode: str | None = None) -> None:
         self.n = n
+        self.render_mode = render_mode
         self.observation_space = _space(n)
         self.action_space = gym.spaces.Discrete(n)
         self.rng = np.random.default_rng(0)
@@ -60,6 +63,10 @@ class MaskedPick(gym.Env):
         self.t += 1
         self.mask = _mask(self.rng, self.n)
         return self._obs(), reward, False, self.t >= LENGTH, {}
+
+    def render(self):
+        """The mask as a row of white (legal) and black squares."""
+        return np.repeat(np.repeat(self.mask.astype(np.uint8)[None, :, None] * 255, 8, 0), 8, 1).repeat(3, 2)
 
 
 class MaskedPair:
