@@ -99,7 +99,12 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
             if hasattr(module, "env"):
                 from pettingzoo.utils.conversions import aec_to_parallel
 
-                return aec_to_parallel(module.env(**kwargs))
+                aec = module.env(**kwargs)
+                if not aec.metadata.get("is_parallelizable", False):  # aec_to_parallel would assert
+                    raise RegistryError(f"env.id: {env_id} is a turn-based game (a PettingZoo AEC env that is not "
+                                        "parallelizable); rlrun's multi-agent runs take PettingZoo's Parallel API "
+                                        "and do not play turn-based games yet")
+                return aec_to_parallel(aec)
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
         raise RegistryError(f"env.id: module '{module_name}' has neither parallel_env() nor env() (PettingZoo's API)")
