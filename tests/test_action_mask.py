@@ -281,8 +281,10 @@ def test_a_declared_masked_space_is_the_recorded_one():
 def test_make_trainer_refuses_what_a_run_refuses(tmp_path, masked_envs):
     from rlrun.app.runner import make_trainer
 
-    for extra in (["+experiment=sac_cartpole"], ["+experiment=ppo_cartpole", "rollout.observation_filter=mean_std"]):
-        with pytest.raises(PluginError):
+    for extra, message in ((["+experiment=sac_cartpole"], "algo 'sac' does not act on an action mask yet"),
+                           (["+experiment=ppo_cartpole", "rollout.observation_filter=mean_std"],
+                            "'mean_std' would rescale the env's action mask")):
+        with pytest.raises(PluginError, match=message):
             make_trainer(["env.id=masked_pick", "plugins=[masked_envs]", "tracking=none", *extra], launch_dir=tmp_path)
 
 
@@ -357,3 +359,45 @@ def test_image_and_recurrent_models_take_the_mask_too(model):
         seq, _ = policy.model.forward_seq(torch.as_tensor(obs).reshape(8, 8, -1), policy.model.initial_state(8))
         assert seq.dist_inputs.shape == (8, 8, N)
         assert (seq.dist_inputs.detach().numpy().reshape(64, N)[~legal] == FLOAT_MIN).all()
+
+
+def test_dqn_targets_stay_finite_where_no_action_is_legal():
+    """A cut (truncated or n-step) episode whose next observation allows nothing bootstraps from 0,
+    not from the lowest float."""
+    from rlrun.algos.dqn import dqn_td_loss
+    from rlrun.data.batch import SampleBatch as SB
+
+    policy = make_policy("dqn", masked_space(_space(), gym.spaces.Discrete(N)), gym.spaces.Discrete(N))
+    legal = _random_masks(np.random.default_rng(5), 8)
+    obs = torch.as_tensor(np.concatenate([legal, np.zeros((8, 6))], 1), dtype=torch.float32)
+    batch = {SB.OBS: obs, SB.ACTIONS: torch.as_tensor(legal.argmax(1)), SB.NSTEP_NEXT_OBS: torch.zeros_like(obs),
+             SB.NSTEP_REWARDS: torch.ones(8), SB.NSTEP_DISCOUNT: torch.full((8,), 0.99)}
+    out = dqn_td_loss(policy, policy.model, policy.dist_class, batch)
+    assert torch.isfinite(out.total) and out.stats["target_mean"] == pytest.approx(1.0)
+
+
+def test_client_packing_seeding_and_declared_spaces_are_strict():
+    from rlrun.config.typed import ConfigError
+    from rlrun.data.spaces import space_from_config
+    from rlrun.envs.action_mask import packed_rows
+
+    rows = {"action_mask": np.eye(3, N, dtype=np.int8), "observation": np.ones((3, 2, 2))}
+    assert packed_rows(rows).shape == (3, N + 4) and (packed_rows(rows)[:, :N] == np.eye(3, N)).all()
+    array = np.zeros((3, N + 4), np.float32)
+    assert packed_rows(array) is array  # an array of packed rows passes as it is
+    a, b = (masked_space(_space(), gym.spaces.Discrete(N)) for _ in range(2))
+    a.seed(7)
+    b.seed(7)
+    assert (a.sample() == b.sample()).all()  # the inner observation follows the seed too
+    with pytest.raises(gym.error.Error):
+        a.sample(mask=np.ones(N + 6, np.int8))
+    inner = {"type": "Box", "shape": [2]}
+    for bad in ({"mask_size": True, "inner": inner}, {"mask_size": 2, "inner": {"type": "Discrete", "n": 2}},
+                {"mask_size": 2, "inner": {"type": "MaskedBox", "mask_size": 1, "inner": inner}},
+                {"mask_size": 2, "inner": inner, "key": None}):
+        with pytest.raises(ValueError, match="is not a valid MaskedBox space"):
+            space_from_config({"type": "MaskedBox", **bad}, "k")
+    with pytest.raises(ConfigError, match=r"env.observation_space: a MaskedBox of 6 mask entries needs "
+                                          r"env.action_space: \{type: Discrete, n: 6\}; got Discrete\(3\)"):
+        compose(["+experiment=bc_cartpole", *SPACES[:2], "env.action_space={type: Discrete, n: 3}", "input=data",
+                 "evaluation.interval=0", "tracking=none"])

@@ -28,7 +28,7 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
-from rlrun.models.action_mask import random_actions
+from rlrun.models.action_mask import FLOAT_MIN, random_actions
 from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
 from rlrun.models.noisy import NoisyLinear, shared_noise
@@ -239,6 +239,7 @@ def dqn_td_loss(
                 q_next = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
             else:
                 q_next = q_next_target.max(-1).values
+            q_next = q_next.masked_fill(q_next <= FLOAT_MIN / 2, 0.0)  # an action mask with no legal action: no value
             target = batch[SB.NSTEP_REWARDS] + batch[SB.NSTEP_DISCOUNT] * q_next
         squared = c.huber_delta <= 0
         per_row = (0.5 * (q_sa - target).pow(2) if squared

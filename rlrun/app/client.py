@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from rlrun.envs.action_mask import packed
+from rlrun.envs.action_mask import packed, packed_rows
 from rlrun.sources.serving.wire import PROTOCOL, SERVER_HEADER, encode_array
 
 SEND_BATCH = 32  # local mode: queued starts and uploads sent together in one request, at most
@@ -133,7 +133,7 @@ class PolicyClient:
         """``get_action`` for several episodes at once: ``observations`` is [N, ...], one per episode
         id; returns N actions. One round trip in remote mode (a ``batch`` request); with local
         inference one forward pass. A simulator that runs many episodes side by side should use it."""
-        observations = [packed(o) for o in observations]
+        observations = packed_rows(observations)
         if self.inference != "local":
             answers = self._batch([("get_action", self._step(e, o))
                                    for e, o in zip(episode_ids, observations, strict=True)])

@@ -25,8 +25,15 @@ class MaskedBox(gym.spaces.Box):
         """The plain Box it is (as a Minari dataset recorded from it stores it)."""
         return gym.spaces.Box(self.low, self.high, self.shape, np.float32)
 
+    def seed(self, seed: Any = None) -> Any:
+        seeds = super().seed(seed)
+        self.inner.seed(int(self.np_random.integers(2**31)))  # its draws follow this space's seed
+        return seeds
+
     def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
         """A random observation whose mask is zeros and ones with at least one legal action."""
+        if mask is not None or probability is not None:
+            raise gym.error.Error("MaskedBox.sample takes no mask or probability")
         legal = (self.np_random.random(self.mask_size) < 0.5).astype(np.float32)
         legal[self.np_random.integers(self.mask_size)] = 1.0
         return np.concatenate([legal, np.asarray(self.inner.sample(), np.float32).ravel()])
@@ -114,10 +121,11 @@ def space_from_config(data: Any, key: str) -> gym.Space:
     full = dict(data)
     if data["type"] == "MaskedBox":  # an action-masked observation: {type: MaskedBox, mask_size: n, inner: <Box>}
         inner = space_from_config(data.get("inner"), f"{key}.inner")
-        if not isinstance(inner, gym.spaces.Box) or not isinstance(data.get("mask_size"), int) or data["mask_size"] < 1:
+        size, name = data.get("mask_size"), data.get("key", "observation")
+        if type(inner) is not gym.spaces.Box or type(size) is not int or size < 1 or not isinstance(name, str):
             raise ValueError(f"{key}: {data!r} is not a valid MaskedBox space (mask_size: a positive integer, "
-                             "inner: a Box)")
-        return MaskedBox(inner, data["mask_size"], str(data.get("key", "observation")))
+                             "inner: a Box, key: a name)")
+        return MaskedBox(inner, size, name)
     if data["type"] == "Box":
         full = {"low": "-inf", "high": "inf", "dtype": "float32", **data}
     try:

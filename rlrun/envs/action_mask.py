@@ -62,15 +62,26 @@ def pack(space: MaskedBox, inner: gym.Space, obs: dict[str, Any], batch: bool) -
     return np.concatenate([mask.ravel(), x.ravel()])
 
 
-def packed(obs: Any) -> Any:
+def packed_rows(observations: Any) -> Any:
+    """``packed`` for N observations: a Dict of ``[N, ...]`` entries (a vector env's), or N of them (an
+    array ``[N, ...]`` as it is)."""
+    if isinstance(observations, np.ndarray):
+        return observations
+    return packed(observations, rows=True) if isinstance(observations, Mapping) else [packed(o) for o in observations]
+
+
+def packed(obs: Any, rows: bool = False) -> Any:
     """A policy client's observation: a Dict with an action mask -> the packed vector (its other entry a
-    Box observation, flattened); anything else as it is."""
+    Box observation, flattened; ``rows``: entries ``[N, ...]``, N vectors); anything else as it is."""
     if not isinstance(obs, Mapping) or MASK_KEY not in obs:
         return obs
     rest = [k for k in obs if k != MASK_KEY]
     if len(rest) != 1:
         raise ValueError(f"observation: a Dict with an action mask takes one other entry, got {rest}")
-    return np.concatenate([np.asarray(obs[MASK_KEY], np.float32).ravel(), np.asarray(obs[rest[0]], np.float32).ravel()])
+    mask, x = np.asarray(obs[MASK_KEY], np.float32), np.asarray(obs[rest[0]], np.float32)
+    if rows:
+        return np.concatenate([mask.reshape(len(mask), -1), x.reshape(len(x), -1)], axis=1)
+    return np.concatenate([mask.ravel(), x.ravel()])
 
 
 def random_actions(env: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:

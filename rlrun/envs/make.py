@@ -20,6 +20,7 @@ import numpy as np
 from rlrun.config.extras import install_hint
 from rlrun.core.errors import PluginError, one_line
 from rlrun.core.registry import ENVS, RegistryError, suggest
+from rlrun.data.spaces import MaskedBox
 from rlrun.envs.action_mask import pack_action_mask, random_actions
 from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
 
@@ -91,12 +92,16 @@ def check_env_config(cfg: Any) -> None:
     from rlrun.data.spaces import space_from_config
 
     e = cfg.env
+    declared = []
     for key, data in (("env.observation_space", e.observation_space), ("env.action_space", e.action_space)):
         try:
-            if data is not None:
-                space_from_config(data, key)
+            declared.append(None if data is None else space_from_config(data, key))
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    obs, act = declared
+    if isinstance(obs, MaskedBox) and not (isinstance(act, gym.spaces.Discrete) and act.n == obs.mask_size):
+        raise ConfigError(f"env.observation_space: a MaskedBox of {obs.mask_size} mask entries needs "
+                          f"env.action_space: {{type: Discrete, n: {obs.mask_size}}}; got {act}")
     if (e.observation_space is None) != (e.action_space is None):
         missing = "env.action_space" if e.action_space is None else "env.observation_space"
         raise ConfigError(f"{missing}: missing; declare both spaces or neither")

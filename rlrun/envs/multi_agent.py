@@ -101,6 +101,7 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
 
                 aec = module.env(**kwargs)
                 if not aec.metadata.get("is_parallelizable", False):  # aec_to_parallel would assert
+                    aec.close()
                     raise RegistryError(f"env.id: {env_id} is a turn-based game (a PettingZoo AEC env that is not "
                                         "parallelizable); rlrun's multi-agent runs take PettingZoo's Parallel API "
                                         "and do not play turn-based games yet")
