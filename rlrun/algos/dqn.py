@@ -28,7 +28,8 @@ from rlrun.data.batch import SampleBatch as SB
 from rlrun.data.postprocessing import add_nstep, piecewise
 from rlrun.data.prioritized import PrioritizedReplayBuffer
 from rlrun.data.replay import ReplayBuffer, replay_checkpoint, replay_steps, restore_replay
-from rlrun.models.action_mask import FLOAT_MIN, random_actions
+from rlrun.envs.action_mask import random_legal_actions
+from rlrun.models.action_mask import FLOAT_MIN
 from rlrun.models.c51_grad import C51Grad
 from rlrun.models.distributions import ActionDistribution
 from rlrun.models.noisy import NoisyLinear, shared_noise
@@ -143,7 +144,8 @@ def dqn_actions(policy: Policy, obs: np.ndarray, explore: bool) -> ActionOutput:
     actions = q.argmax(axis=-1)
     if explore and not (state is not None and state.noisy):
         rand = policy.np_rng.random(len(actions)) < epsilon(policy)
-        actions = np.where(rand, random_actions(policy.np_rng, obs, policy.observation_space, q.shape[-1]), actions)
+        drawn = random_legal_actions(policy.np_rng, obs, policy.observation_space, q.shape[-1])
+        actions = np.where(rand, drawn, actions)
     zeros = np.zeros(len(actions), dtype=np.float32)
     return ActionOutput(actions.astype(np.int64), zeros, q.max(axis=-1), q)
 

@@ -21,6 +21,10 @@ class MaskedBox(gym.spaces.Box):
         high = np.concatenate([np.ones(mask_size), np.asarray(inner.high, np.float64).ravel()]).astype(np.float32)
         super().__init__(low, high, low.shape, np.float32)
 
+    def legal(self, obs: np.ndarray) -> np.ndarray:
+        """Which actions are legal in packed observations ``[N, mask_size + d]``: bool ``[N, mask_size]``."""
+        return np.asarray(obs)[:, :self.mask_size] > 0.5
+
     def as_box(self) -> gym.spaces.Box:
         """The plain Box it is (as a Minari dataset recorded from it stores it)."""
         return gym.spaces.Box(self.low, self.high, self.shape, np.float32)

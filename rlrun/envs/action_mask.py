@@ -1,6 +1,6 @@
-"""Envs whose observations carry an action mask, as PettingZoo's classic games, RLlib's ActionMaskEnv
-and sb3-contrib's MaskablePPO envs give them: a ``Dict`` with an ``action_mask`` entry (``n`` zeros and
-ones, 1 = legal, for a ``Discrete(n)`` action space) and one other entry, the observation itself.
+"""Envs whose observations carry an action mask, as RLlib's ActionMaskEnv (and PettingZoo's envs) give
+them: a ``Dict`` with an ``action_mask`` entry (``n`` zeros and ones, 1 = legal, for a ``Discrete(n)``
+action space) and one other entry, the observation itself.
 
 rlrun packs such an observation into one float32 vector, the mask first (``MaskedBox``,
 rlrun/data/spaces.py), so it travels through buffers, Ray, datasets and the policy server as any Box
@@ -56,8 +56,12 @@ def pack(space: MaskedBox, inner: gym.Space, obs: dict[str, Any], batch: bool) -
     if isinstance(inner, gym.spaces.Discrete):
         idx = np.asarray(raw, dtype=np.int64) - int(inner.start)
         raw = np.eye(int(inner.n), dtype=np.float32)[idx]
-    x = np.asarray(raw, dtype=np.float32)
-    if batch:
+    return _concat(mask, np.asarray(raw, dtype=np.float32), batch)
+
+
+def _concat(mask: np.ndarray, x: np.ndarray, rows: bool) -> np.ndarray:
+    """The packed vector of a float32 mask and observation (``rows``: N of each -> ``[N, n + d]``)."""
+    if rows:
         return np.concatenate([mask.reshape(len(mask), -1), x.reshape(len(x), -1)], axis=1)
     return np.concatenate([mask.ravel(), x.ravel()])
 
@@ -78,19 +82,24 @@ def packed(obs: Any, rows: bool = False) -> Any:
     rest = [k for k in obs if k != MASK_KEY]
     if len(rest) != 1:
         raise ValueError(f"observation: a Dict with an action mask takes one other entry, got {rest}")
-    mask, x = np.asarray(obs[MASK_KEY], np.float32), np.asarray(obs[rest[0]], np.float32)
-    if rows:
-        return np.concatenate([mask.reshape(len(mask), -1), x.reshape(len(x), -1)], axis=1)
-    return np.concatenate([mask.ravel(), x.ravel()])
+    return _concat(np.asarray(obs[MASK_KEY], np.float32), np.asarray(obs[rest[0]], np.float32), rows)
 
 
-def random_actions(env: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:
-    """Uniformly random actions for a vector env's copies; legal ones where its observations carry a mask."""
-    space = env.single_observation_space
-    if not isinstance(space, MaskedBox):
+def random_legal_actions(rng: np.random.Generator, obs: np.ndarray, obs_space: gym.Space, n: int) -> np.ndarray:
+    """One uniformly random action of ``n`` (from 0) per row of ``obs``: among the legal ones where the
+    observations carry an action mask (epsilon-greedy exploration, the ``random`` heuristic)."""
+    if not isinstance(obs_space, MaskedBox):
+        return rng.integers(0, n, len(obs))
+    return np.where(obs_space.legal(obs), rng.random((len(obs), obs_space.mask_size)), -1.0).argmax(1)
+
+
+def probe_actions(env: gym.vector.VectorEnv, obs: np.ndarray) -> np.ndarray:
+    """Uniformly random actions for a vector env's copies (an env probe's); legal ones where its
+    observations carry a mask."""
+    space, act = env.single_observation_space, env.single_action_space
+    if not isinstance(space, MaskedBox) or not isinstance(act, gym.spaces.Discrete):
         return np.asarray(env.action_space.sample())
-    legal = np.asarray(obs)[:, :space.mask_size] > 0.5
-    return np.array([env.single_action_space.sample(mask=m.astype(np.int8)) for m in legal])
+    return int(act.start) + random_legal_actions(np.random.default_rng(), obs, space, int(act.n))
 
 
 class MaskedVectorEnv(gym.vector.VectorObservationWrapper):

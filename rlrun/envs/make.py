@@ -21,7 +21,7 @@ from rlrun.config.extras import install_hint
 from rlrun.core.errors import PluginError, one_line
 from rlrun.core.registry import ENVS, RegistryError, suggest
 from rlrun.data.spaces import MaskedBox
-from rlrun.envs.action_mask import pack_action_mask, random_actions
+from rlrun.envs.action_mask import pack_action_mask, probe_actions
 from rlrun.envs.wrappers import all_vectorised, parse_wrappers, single_env_wrappers, wrap_env, wrap_vector_env
 
 # gymnasium ids that another package registers when imported (the package is imported on first use)
@@ -313,7 +313,7 @@ def _probe(env: gym.vector.VectorEnv, env_id: str, steps: int) -> None:
         _check_obs(out[0], shape, env_id, "reset()")
         obs = out[0]
         for _ in range(steps):
-            res = env.step(random_actions(env, obs))
+            res = env.step(probe_actions(env, obs))
             obs = res[0]
             if len(res) != 5:
                 raise PluginError(f"env.id: {env_id}.step() returned {len(res)} values, gymnasium's API has 5 "

@@ -33,7 +33,8 @@ class MaskedModel(nn.Module):
         self.inner: Any = inner  # any MODELS entry; a recurrent one's extra methods are called below
         self.mask_size = space.mask_size
         self.inner_shape = tuple(space.inner.shape or ())
-        self.inner_dtype = torch.as_tensor(space.inner.sample()).dtype  # uint8 images stay uint8 (scaled by the CNN)
+        # uint8 images stay uint8 (the CNN scales them)
+        self.inner_dtype = torch.from_numpy(np.zeros(0, space.inner.dtype)).dtype
         self.is_recurrent = bool(getattr(inner, "is_recurrent", False))
 
     def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,15 +70,6 @@ class MaskedModel(nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(super().__getattr__("inner"), name)
-
-
-def random_actions(rng: np.random.Generator, obs: np.ndarray, obs_space: gym.Space, n: int) -> np.ndarray:
-    """One uniformly random action of ``n`` per row of ``obs``: among the legal ones where the
-    observations carry an action mask (epsilon-greedy exploration under a mask)."""
-    if not isinstance(obs_space, MaskedBox):
-        return rng.integers(0, n, len(obs))
-    legal = np.asarray(obs)[:, :obs_space.mask_size] > 0.5
-    return np.where(legal, rng.random(legal.shape), -1.0).argmax(1)
 
 
 def build_model(name: str, obs_space: gym.Space, action_space: gym.Space, num_outputs: int,

@@ -18,6 +18,7 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS
 from rlrun.data.spaces import MaskedBox
+from rlrun.envs.action_mask import random_legal_actions
 from rlrun.envs.copies import agent_spaces, copy_agent_spaces
 
 
@@ -77,8 +78,7 @@ class RandomPolicy(HeuristicPolicy):
     def act(self, obs: np.ndarray) -> np.ndarray:
         space = self.action_space
         if isinstance(self.observation_space, MaskedBox) and isinstance(space, gym.spaces.Discrete):
-            legal = obs[:, :self.observation_space.mask_size] > 0.5  # the legal action with the highest uniform score
-            return space.start + np.where(legal, self.np_rng.random(legal.shape), -1.0).argmax(1)
+            return space.start + random_legal_actions(self.np_rng, obs, self.observation_space, int(space.n))
         if isinstance(space, gym.spaces.Discrete):
             return space.start + self.np_rng.integers(0, space.n, size=len(obs))
         if isinstance(space, gym.spaces.Box):
@@ -104,7 +104,7 @@ class AlwaysSamePolicy(HeuristicPolicy):
     def act(self, obs: np.ndarray) -> np.ndarray:
         actions = np.repeat(self.action[None], len(obs), axis=0)
         if isinstance(self.observation_space, MaskedBox) and isinstance(self.action_space, gym.spaces.Discrete):
-            legal = obs[:, :self.observation_space.mask_size] > 0.5
+            legal = self.observation_space.legal(obs)
             start = self.action_space.start
             ok = legal[np.arange(len(obs)), actions - start]
             actions = np.where(ok, actions, start + legal.argmax(1))
