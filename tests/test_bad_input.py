@@ -263,9 +263,6 @@ CASES: dict[str, Case] = {
     "custom model unknown": c(PPO, "model=custom", "model.name=resnet", expect=["model.name: unknown model 'resnet'"]),
     "env id typo": c(PPO, "env.id=CartPole-v9", expect=["env.id: unknown env 'CartPole-v9'", "CartPole-v1"]),
     "env id unknown": c(PPO, "env.id=NoSuchEnv", expect=["env.id: unknown env 'NoSuchEnv'"]),
-    "env id turn-based game": c("+experiment=ppo_rps", "env.id=pettingzoo:pettingzoo.classic.tictactoe_v3",
-                                "~env.kwargs", expect=["env.id: pettingzoo:pettingzoo.classic.tictactoe_v3 is a "
-                                                       "turn-based game", "do not play turn-based games yet"]),
     "loss for another algo": c(DQN, "loss=ppo_clip", expect=["loss.name: loss 'ppo_clip' needs batch columns"]),
     "optimizer typo": c(PPO, "algo.optimizer.name=Adamm", expect=["algo.optimizer.name: unknown optimizer 'Adamm'"]),
     "optimizer kwarg typo": c(PPO, "+algo.optimizer.kwargs.momentun=0.9",

@@ -208,6 +208,9 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
               f"({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "
               f"mean {info['eval/episode_return_mean']:.2f}, min {info['eval/episode_return_min']:.2f}, "
               f"max {info['eval/episode_return_max']:.2f}", flush=True)
+        if res.policy_returns:  # named policies (a zero-sum game sums to 0): each one's agents' mean return
+            print("rlrun-eval: policies: " + ", ".join(f"{pid} {float(np.mean(r)):.2f}"
+                                                       for pid, r in res.policy_returns.items()), flush=True)
         run_id = _logged_run(info, path, uri) if args.log and cfg.tracking.backend == "mlflow" else None
         out = Path(args.out) if args.out else (Path(tmp) / "out" if run_id else
                                                launch_dir / "rlrun-eval" / path.name)

@@ -13,7 +13,9 @@ Agents may join (appear in ``agents`` and ``obs``) and leave (after their termin
 flag) during an episode. Env ids: a name registered with ``ENVS.register(name, multi_agent=True)``
 (a ``(**kwargs) -> env`` factory), or ``pettingzoo:<module>`` for any module with ``parallel_env``
 (or an AEC ``env``, converted with PettingZoo's ``aec_to_parallel``), e.g.
-``pettingzoo:pettingzoo.classic.rps_v2`` or ``pettingzoo:mpe2.simple_spread_v3``.
+``pettingzoo:pettingzoo.classic.rps_v2`` or ``pettingzoo:mpe2.simple_spread_v3``. An AEC env whose
+players take turns (the classic board games: not parallelizable) is played through ``TurnBasedEnv``
+(``rlrun/envs/turn_based.py``).
 
 Observations reach policies as float32 arrays: ``Discrete(n)`` observations are one-hot encoded.
 
@@ -45,6 +47,7 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
 from rlrun.envs.action_mask import masked_space, pack
+from rlrun.envs.turn_based import TurnBasedEnv, is_turn_based
 
 
 # --------------------------------------------------------------------------- envs
@@ -100,20 +103,18 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
                 from pettingzoo.utils.conversions import aec_to_parallel
 
                 aec = module.env(**kwargs)
-                if not aec.metadata.get("is_parallelizable", False):  # aec_to_parallel would assert
-                    aec.close()
-                    raise RegistryError(f"env.id: {env_id} is a turn-based game (a PettingZoo AEC env that is not "
-                                        "parallelizable); rlrun's multi-agent runs take PettingZoo's Parallel API "
-                                        "and do not play turn-based games yet")
+                if not aec.metadata.get("is_parallelizable", False):  # players take turns
+                    return TurnBasedEnv(aec)
                 return aec_to_parallel(aec)
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
         raise RegistryError(f"env.id: module '{module_name}' has neither parallel_env() nor env() (PettingZoo's API)")
     entry = ENVS.entry(env_id, "env.id")
     try:
-        return entry.obj(**kwargs)
+        env = entry.obj(**kwargs)
     except TypeError as e:
         raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
+    return TurnBasedEnv(env) if is_turn_based(env) else env
 
 
 class MultiCartPole:
@@ -208,6 +209,8 @@ class ParallelEnvs:
         self.num_envs = len(envs)
         self.metadata = getattr(envs[0], "metadata", {})
         self.possible_agents = list(envs[0].possible_agents)
+        # players take turns (rlrun/envs/turn_based.py): the worker credits waiting players and samples whole games
+        self.turn_based = bool(getattr(envs[0], "turn_based", False))
         self.adapters = {a: ObsAdapter(envs[0].observation_space(a), envs[0].action_space(a))
                          for a in self.possible_agents}
         n = self.num_envs
@@ -247,14 +250,16 @@ class ParallelEnvs:
                 continue
             env = self.envs[c]
             acted = list(env.agents)
+            playing = list(env.live_agents) if self.turn_based else acted  # a turn-based game: waiting ones too
             next_obs, rewards, terms, truncs, _ = env.step({a: actions[a][c] for a in acted})
             for a, r in rewards.items():
                 rew[a][c] = r
             for a, o in next_obs.items():
                 self._obs[a][c] = self.adapters[a](o)
-            for a in acted:
+            still = env.live_agents if self.turn_based else env.agents
+            for a in playing:
                 term[a][c] = bool(terms.get(a, False))
-                trunc[a][c] = not term[a][c] and (bool(truncs.get(a, False)) or a not in env.agents)
+                trunc[a][c] = not term[a][c] and (bool(truncs.get(a, False)) or a not in still)
             for a in agents:
                 self._acting[a][c] = a in env.agents
             end[c] = not env.agents

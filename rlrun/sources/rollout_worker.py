@@ -60,17 +60,19 @@ class RolloutWorker(WorkerBase):
         r = spec.rollout
         n = self.num_envs = int(r.num_envs_per_worker)
         self.fragment_length = int(r.rollout_fragment_length)
-        self.complete_episodes = r.batch_mode == "complete_episodes"
         cfg = getattr(policy_factory, "cfg", None) or RunConfig()  # a bare callable: a single-agent policy map
         self._count_agent_steps = cfg.multiagent.count_steps_by == "agent_steps"
         self.env = env_copies(spec.env, n)
+        # a turn-based game is sampled in whole games: a player's reward can come after the fragment's last step
+        turns = bool(getattr(self.env, "turn_based", False))
+        self.complete_episodes = r.batch_mode == "complete_episodes" or turns
         self.agent_names: list[str] = list(self.env.possible_agents)
         self.agent_policy, self.spaces, self.policy_map = self._policies(policy_factory, cfg)
         self.policy: Policy | None = self.policy_map.get(DEFAULT_POLICY_ID)  # a single-agent run's policy
         self.obs_space, self.action_space = self.spaces.get(DEFAULT_POLICY_ID, (None, None))
         self._per_agent = self.policy is None or len(self.agent_names) > 1
         self.slots = [Slots(pid, p, [i for i, a in enumerate(self.agent_names) if self.agent_policy[a] == pid],
-                            n, self.spaces[pid], self.agent_names) for pid, p in self.policy_map.items()]
+                            n, self.spaces[pid], self.agent_names, turns=turns) for pid, p in self.policy_map.items()]
         self.callbacks = CallbackList(spec.callbacks)  # episode hooks: single-agent runs (the config says so)
         self._tracker = EpisodeTracker(self.callbacks, self) if self.callbacks else None
         if spec.worker_index > 0:  # a remote worker: its own action noise, one thread (small MLPs)

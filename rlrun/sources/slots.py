@@ -29,7 +29,7 @@ class Slots:
     fragment buffer ``[T, slots]``."""
 
     def __init__(self, pid: str, policy: Any, agents: list[int], num_envs: int, spaces: tuple[gym.Space, gym.Space],
-                 names: list[str], record: bool = True) -> None:
+                 names: list[str], record: bool = True, turns: bool = False) -> None:
         self.pid, self.policy, self.spaces = pid, policy, spaces
         self.agents = agents  # indices into the env's possible_agents
         self.one = names[agents[0]] if len(agents) == 1 else None  # the policy's one agent, if it has one
@@ -50,6 +50,11 @@ class Slots:
         self.obs: np.ndarray = np.zeros(0)
         self.acting: np.ndarray = np.zeros(0, dtype=bool)  # the agent acts in the next step
         self.acted: np.ndarray = np.zeros(0, dtype=bool)  # ... acted in the last one (its rows are valid)
+        # multi-agent: each slot's last valid row of its episode in the buffer (-1: none), where a reward or
+        # a flag that arrives while its agent waits is credited; a turn-based game: its player's moves so far
+        self.last = np.full(len(self.copy), -1, np.int64)
+        self.t = np.zeros(len(self.copy), np.int64)
+        self.turns = turns  # a turn-based game: fragments laid out per agent (compact) before postprocessing
         self.buf: dict[str, np.ndarray] = {}
         self.out: ActionOutput = None  # type: ignore[assignment]  # the last forward pass (act() sets it)
 
@@ -93,12 +98,10 @@ class Slots:
         buf[SB.ACTIONS][step] = out.actions
         one = self.one
         if one is not None:  # inline: this runs every vector step
-            buf[SB.REWARDS][step], buf[SB.TERMINATEDS][step] = st.rewards[one], st.terminateds[one]
-            buf[SB.TRUNCATEDS][step] = st.truncateds[one]
+            rew, term, trunc = st.rewards[one], st.terminateds[one], st.truncateds[one]
         else:
-            buf[SB.REWARDS][step] = self.gather(st.rewards)
-            buf[SB.TERMINATEDS][step] = self.gather(st.terminateds)
-            buf[SB.TRUNCATEDS][step] = self.gather(st.truncateds)
+            rew, term, trunc = self.gather(st.rewards), self.gather(st.terminateds), self.gather(st.truncateds)
+        buf[SB.REWARDS][step], buf[SB.TERMINATEDS][step], buf[SB.TRUNCATEDS][step] = rew, term, trunc
         buf[SB.ACTION_LOGP][step] = out.logp
         buf[SB.VF_PREDS][step] = out.values
         buf[SB.ACTION_DIST_INPUTS][step] = out.dist_inputs
@@ -107,10 +110,33 @@ class Slots:
             buf[SB.T][step] = ep_len
         else:  # one trajectory id per (episode, agent); t: the env step's index in the episode
             buf[SB.EPS_ID][step] = eps_id[self.copy] * self.n_agents + self.agent
-            buf[SB.T][step] = ep_len[self.copy]
+            self._credit_waiting(step, rew, term, trunc, ~st.stepped[self.copy], ep_len)
         buf[VALID][step] = self.acting
         for k, s in enumerate(self.state):
             buf[f"{STATE_IN}{k}"][step] = s
+
+    def _credit_waiting(self, step: int, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray,
+                        reset: np.ndarray, ep_len: np.ndarray) -> None:
+        """A reward or flag that reaches an agent while it waits (a turn-based game: the loser's -1 comes
+        with the winner's move) goes to the agent's last row of the episode; this step's rows become the
+        acting slots' last ones. A turn-based game's ``t`` is the player's own move number (its moves are
+        one sequence for an LSTM) and its reset rows are kept (``compact``)."""
+        buf, acted, last = self.buf, self.acting, self.last
+        late = ~acted & (last >= 0) & ((rew != 0) | term | trunc)
+        if late.any():
+            j = np.flatnonzero(late)
+            rows = last[j]
+            buf[SB.REWARDS][rows, j] += rew[j]
+            buf[SB.TERMINATEDS][rows, j] |= term[j]
+            buf[SB.TRUNCATEDS][rows, j] |= trunc[j]
+        last[acted] = step
+        last[reset] = -1  # the copy starts its next episode
+        if self.turns:
+            buf[SB.T][step], buf[RESET][step] = self.t, reset
+            self.t += acted
+            self.t[reset] = 0
+        else:
+            buf[SB.T][step] = ep_len[self.copy]
 
     def _advance_state(self, out: ActionOutput, reset: np.ndarray) -> None:
         """Carry the state after the step where the agent acted; a slot whose copy was reset this step
@@ -123,6 +149,7 @@ class Slots:
 
     def restart(self) -> None:
         self.state = [s.copy() for s in self.initial_state]
+        self.last[:], self.t[:] = -1, 0
 
     def alloc(self, cap: int) -> None:
         b = len(self.copy)
@@ -143,6 +170,8 @@ class Slots:
             SB.T: np.zeros((cap, b), dtype=np.int64),
             VALID: np.zeros((cap, b), dtype=bool),
         }
+        if self.turns:
+            self.buf[RESET] = np.zeros((cap, b), dtype=bool)
 
     def grow(self) -> None:
         self.buf = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.buf.items()}
@@ -152,6 +181,25 @@ class Slots:
         step that ended an episode, rows after it dropped."""
         frag = SampleBatch({k: v[:steps] for k, v in self.buf.items()})
         self.buf = {}
+        self.last[:] = -1  # rows of the next fragment
         if last_end is not None:
             frag[VALID] &= np.arange(steps)[:, None] <= last_end[self.copy][None, :]
+        if self.turns:
+            frag = compact(frag)
         return finish_fragment(self.policy, frag, self.obs, self.state or None, record_next_obs)
+
+
+RESET = "_reset"  # a turn-based policy's buffer only: the row's copy was being reset (its value: the bootstrap)
+
+
+def compact(frag: SampleBatch) -> SampleBatch:
+    """A turn-based game's time-major fragment ``[T, slots]`` with each column's rows that matter, valid
+    ones and its copy's reset rows (whose values, on the final observations, bootstrap a truncated game),
+    moved to the column's end in time order, the rest (the agent waiting) before them and invalid. So each
+    agent's moves are consecutive rows: GAE, n-step returns and next observations run from one move of
+    the agent to its next, and its last row is next to the bootstrap values."""
+    keep = frag[VALID] | frag.pop(RESET)
+    order = np.argsort(keep, axis=0, kind="stable")  # per column: the others first, then the kept rows in order
+    for k, v in list(frag.items()):
+        frag[k] = np.take_along_axis(v, order.reshape(order.shape + (1,) * (v.ndim - 2)), axis=0)
+    return frag

@@ -86,6 +86,8 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
             agent_ret[i] += r
         length += live
         ended = st.episode_end & live
+        if frames is not None and ended[0] and len(frames.frames) < frames.limit:  # the episode's last state
+            frames.frames.append(np.asarray(env.render()))  # (the copy resets on its next step)
         if st.game is None:
             finished, rets, lens = ended, ret, length
         else:  # episodic_life: an episode a life; the statistics are whole games, as the env counted them
