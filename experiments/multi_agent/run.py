@@ -3,9 +3,10 @@
 Runs the real CLI (``tracking=none``) for each preset and seed, in a fresh launch directory, and
 parses the end-of-run summary. For simple_spread it also scores two reference policies over 200
 episodes on the same env: uniform-random actions and a hand-written fixed assignment (agent i walks
-to landmark i). Writes results/latest.md, results/latest.csv and results/latest.png.
+to landmark i); for tic-tac-toe, the first player's score when both sides move at random. Writes
+results/<name>.md, .csv and .png (``--name``, default latest).
 
-    python experiments/multi_agent/run.py [--seeds 0 1 2] [--presets ppo_multi_cartpole ppo_rps ...]
+    python experiments/multi_agent/run.py [--seeds 0 1 2] [--presets ppo_multi_cartpole ppo_rps ...] [--name latest]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ PRESETS = {  # preset -> (extra overrides, what the issue asks for)
     "ppo_multi_cartpole@ray": (["rollout=ray", "rollout.num_workers=2"], "the same with 2 Ray workers"),
     "ppo_rps": ([], "learned >= 13.5 within 50k env steps"),
     "ppo_simple_spread": ([], "summed return >= -59 within 1M env steps"),
+    "ppo_tictactoe": ([], "learned (moving first) >= 0.9 against random within 100k env steps"),
 }
 POLICY_LINE = re.compile(r"^    (\S+): final ([-\d.]+), best ([-\d.]+)$", re.M)
 
@@ -84,10 +86,28 @@ def simple_spread_references(episodes: int = 200) -> dict[str, float]:
     return out
 
 
+def tictactoe_reference(games: int = 2000) -> float:
+    """Uniformly random legal moves on both sides: the first player's mean score (win 1, loss -1)."""
+    from pettingzoo.classic import tictactoe_v3
+
+    env = tictactoe_v3.env()
+    rng = np.random.default_rng(0)
+    total = 0.0
+    for g in range(games):
+        env.reset(seed=g)
+        for agent in env.agent_iter():
+            obs, reward, term, trunc, _ = env.last()
+            if agent == "player_1":
+                total += reward
+            env.step(None if term or trunc else int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+    return total / games
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--presets", nargs="+", default=list(PRESETS))
+    ap.add_argument("--name", default="latest", help="results/<name>.md, .csv, .png")
     args = ap.parse_args()
     rows = []
     for preset in args.presets:
@@ -96,10 +116,12 @@ def main() -> None:
             print(row, flush=True)
             rows.append(row)
     refs = simple_spread_references() if "ppo_simple_spread" in args.presets else {}
+    if "ppo_tictactoe" in args.presets:
+        refs["tic-tac-toe: random against random, the first player's"] = tictactoe_reference()
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     keys = ["preset", "seed", "status", "env_steps", "wall_s", "final_return", "policy_returns"]
-    with open(out / "latest.csv", "w", newline="") as f:
+    with open(out / f"{args.name}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
@@ -117,8 +139,11 @@ def main() -> None:
                          f"{statistics.median(r['wall_s'] for r in done):.1f} s wall (whole process), "
                          f"{sum(r['status'] == 'target met' for r in done)}/{len(done)} seeds met the target")
     for name, value in refs.items():
-        lines.append(f"- simple_spread reference, {name} policy: mean summed return {value:.1f} over 200 episodes")
-    (out / "latest.md").write_text("\n".join(lines) + "\n")
+        if name.startswith("tic-tac-toe"):
+            lines.append(f"- {name} mean score {value:.2f} over 2000 games")
+        else:
+            lines.append(f"- simple_spread reference, {name} policy: mean summed return {value:.1f} over 200 episodes")
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,7 +158,7 @@ def main() -> None:
     ax.set_ylabel("env steps to target (per seed)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "latest.png", dpi=100)
+    fig.savefig(out / f"{args.name}.png", dpi=100)
     print("\n".join(lines))
 
 
