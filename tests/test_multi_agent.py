@@ -26,9 +26,10 @@ class Relay:
 
     possible_agents = ["a", "b", "c"]
 
-    def __init__(self, odd_space: bool = False) -> None:
+    def __init__(self, odd_space: bool = False, team_reward: bool = False) -> None:
         self.agents: list[str] = []
         self.odd = odd_space
+        self.team = team_reward  # every step rewards every possible agent, those that left too
 
     def observation_space(self, agent):
         return spaces.Box(-1e3, 1e3, (3 if self.odd and agent == "c" else 2,), np.float32)
@@ -49,7 +50,7 @@ class Relay:
         self.t += 1
         acting = list(self.agents)
         obs = {a: self._obs(a) for a in acting}
-        rew = {a: 1.0 for a in acting}
+        rew = {a: 1.0 for a in (self.possible_agents if self.team else acting)}
         term = {a: a == "a" and self.t == 2 for a in acting}
         trunc = {a: a in ("b", "c") and self.t == 5 for a in acting}
         self.agents = [a for a in acting if not (term[a] or trunc[a])]
@@ -64,6 +65,7 @@ class Relay:
 
 ENVS.add("test_relay", Relay, multi_agent=True)
 ENVS.add("test_relay_odd", lambda: Relay(odd_space=True), multi_agent=True)
+ENVS.add("test_relay_team", lambda: Relay(team_reward=True), multi_agent=True)
 
 SHARED = ["env.id=test_relay", "+multiagent.policies.p={}", "tracking=none", "progress=false"]
 
@@ -173,6 +175,25 @@ def test_each_agent_is_one_trajectory_with_its_own_ends_and_bootstrap(tmp_path):
         if trunc.any():  # 'b'/'c' truncated at step 5: target = rewards + V(final obs), never 0 after it
             final_v = float(worker.policy_map["p"].compute_values(np.array([[5.0, 1.0]], np.float32))[0])
             assert np.isclose(eps[SB.VALUE_TARGETS][-1], 1.0 + final_v, atol=1e-5)
+    trainer.stop()
+
+
+@pytest.mark.parametrize("fragment", [3, 4])
+def test_what_reaches_an_agent_after_it_left_is_not_learned_from_wherever_fragments_end(tmp_path, fragment):
+    """test_relay_team rewards every agent at every step, those that left too: 'a' (terminated after 2
+    steps) learns from its own 2 steps' rewards only, whatever the fragment length."""
+    cfg = _cfg("env.id=test_relay_team", "rollout.num_envs_per_worker=1", f"rollout.rollout_fragment_length={fragment}",
+               f"algo.train_batch_size={fragment}", "algo.sgd_minibatch_size=null", f"output_dir={tmp_path}")
+    trainer = Trainer(cfg, tmp_path)
+    worker = trainer.workers.local_worker
+    seen = 0
+    for _ in range(4):
+        b = worker.sample()["p"]
+        for eps in b.split_by_episode():
+            if eps[SB.EPS_ID][0] % 3 == 0:  # agent 'a'
+                assert np.all(eps[SB.REWARDS] == 1.0), eps[SB.REWARDS]
+                seen += 1
+    assert seen >= 3
     trainer.stop()
 
 

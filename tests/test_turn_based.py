@@ -1,8 +1,9 @@
 """Turn-based games: PettingZoo AEC envs whose players move one at a time (rlrun/envs/turn_based.py),
 sampled as one trajectory per player with its outcome on its last move (rlrun/sources/slots.py).
 
-PettingZoo's tic-tac-toe and connect four assert on an illegal move, and the plugin game ``nim``
-(tests/plugins/turn_envs.py) raises on one: every run here that finishes moved legally only."""
+The plugin game ``nim`` (tests/plugins/turn_envs.py) raises on an illegal move; PettingZoo's
+tic-tac-toe and connect four end the game on one with a warning in PettingZoo's ``EnvLogger``, which
+every in-process test here checks stays empty (``no_illegal_moves``)."""
 
 import os
 import shutil
@@ -11,17 +12,21 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
+import torch
+from pettingzoo.utils.env_logger import EnvLogger
 
 from rlrun.app.compose import compose
 from rlrun.app.runner import run
+from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS
 from rlrun.data.batch import SampleBatch
 from rlrun.envs.multi_agent import make_multi_agent_env
 from rlrun.envs.turn_based import TurnBasedEnv
-from rlrun.models.sequences import sequence_starts
-from rlrun.training.evaluation import render_run
+from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
 from rlrun.sources.plugins import load_builtins
+from rlrun.training.evaluation import render_run
 from rlrun.training.trainer import Trainer
 
 from .conftest import REPO, isolated, run_summary
@@ -29,6 +34,13 @@ from .conftest import REPO, isolated, run_summary
 SB = SampleBatch
 PLUGINS = Path(__file__).parent / "plugins"
 TTT = "pettingzoo:pettingzoo.classic.tictactoe_v3"
+
+
+@pytest.fixture(autouse=True)
+def no_illegal_moves():
+    EnvLogger.flush()
+    yield
+    assert not [m for m in EnvLogger.mqueue if "illegal" in str(m).lower()], EnvLogger.mqueue
 
 
 @pytest.fixture
@@ -76,6 +88,25 @@ def test_an_aec_env_from_a_registered_factory_is_played_turn_by_turn(turn_envs):
     assert env.agents == ["player_2"] and rew == {"player_1": 0.0, "player_2": 0.0}
     _, rew, term, *_ = env.step({"player_2": 0})  # takes the last one
     assert rew == {"player_1": -1.0, "player_2": 1.0} and all(term.values()) and not env.agents
+    # a parallelizable AEC env (players move at once) from a factory goes through aec_to_parallel instead
+    from pettingzoo.classic import rps_v2
+
+    ENVS.add("rps_aec", rps_v2.env, multi_agent=True)
+    rps = make_multi_agent_env("rps_aec")
+    obs, _ = rps.reset(seed=0)
+    assert not isinstance(rps, TurnBasedEnv) and set(obs) == set(rps.agents) == {"player_0", "player_1"}
+    rps.close()
+
+
+def test_an_aec_env_whose_dead_step_keeps_the_player_gets_one_line(turn_envs):
+    class Stuck(turn_envs.Nim):
+        def _was_dead_step(self, action):
+            pass  # the player stays
+
+    env = TurnBasedEnv(Stuck(pile=1))
+    env.reset()
+    with pytest.raises(PluginError, match=r"dead step \(step\(None\) for player_\d, which is done\) did not remove"):
+        env.step({"player_1": 0})
 
 
 def test_each_player_s_moves_are_one_trajectory_with_the_game_s_outcome_on_its_last_move(tmp_path):
@@ -97,8 +128,9 @@ def test_each_player_s_moves_are_one_trajectory_with_the_game_s_outcome_on_its_l
         assert np.array_equal(marks, 2 * np.arange(len(game))), marks
         assert np.allclose(game[SB.VALUE_TARGETS], rew[-1], atol=1e-5)
         outcomes.append(rew[-1])
-    # whole games only (a turn-based game is sampled in complete episodes, whatever batch_mode says)
-    assert len(outcomes) > 100 and sum(len(g) for g in b.split_by_episode()) == len(b)
+    # whole games only (a turn-based game is sampled in complete episodes, whatever batch_mode says): each
+    # trajectory starts at the learner's first move (t = 0) and ends terminated, checked above
+    assert len(outcomes) > 100
     assert {-1.0, 1.0} <= set(outcomes)  # wins and losses: the loser's -1 reached its last move
     trainer.stop()
 
@@ -122,9 +154,19 @@ def test_dqn_s_next_observation_is_the_player_s_next_turn(tmp_path):
                    "algo.learning_starts=0", "tracking=none", "progress=false", f"output_dir={tmp_path / 'run'}"])
     trainer = Trainer(cfg, tmp_path / "run")
     b = trainer.workers.local_worker.sample()["learned"]
+    n, gamma = 3, 0.99  # the preset's n_step and gamma
     for game in b.split_by_episode():
-        assert np.array_equal(game[SB.NEXT_OBS][:-1], game[SB.OBS][1:])
-        assert game[SB.NEXT_OBS][-1, 9:].sum() >= game[SB.OBS][-1, 9:].sum() + 1  # the final board
+        obs, rew = game[SB.OBS], game[SB.REWARDS]
+        assert np.array_equal(game[SB.NEXT_OBS][:-1], obs[1:])
+        assert game[SB.NEXT_OBS][-1, 9:].sum() >= obs[-1, 9:].sum() + 1  # the final board
+        for i in range(len(game)):  # n of the player's own moves ahead, or to the game's end
+            left = len(game) - i
+            if left > n:
+                assert game[SB.NSTEP_REWARDS][i] == 0 and np.isclose(game[SB.NSTEP_DISCOUNT][i], gamma ** n)
+                assert np.array_equal(game[SB.NSTEP_NEXT_OBS][i], obs[i + n])
+            else:
+                assert np.isclose(game[SB.NSTEP_REWARDS][i], gamma ** (left - 1) * rew[-1], atol=1e-6)
+                assert game[SB.NSTEP_DISCOUNT][i] == 0
     trainer.train()  # learns on it
     trainer.stop()
 
@@ -155,12 +197,51 @@ def test_a_truncated_game_bootstraps_each_player_from_its_final_observation(tmp_
 
 
 def test_a_recurrent_policy_s_sequences_are_the_player_s_moves(tmp_path):
-    trainer = _trainer(tmp_path, "model=lstm", "model.max_seq_len=20")
+    """One policy for both players: each player's moves of a game are one sequence (max_seq_len 20), and
+    replaying sequences cut at 2 from their recorded states reproduces what the policy computed while
+    playing (its state carried from one of the player's moves to its next, not through the other's)."""
+    trainer = _trainer(tmp_path, "model=lstm", "model.max_seq_len=20", "~multiagent.policies.random",
+                       "multiagent.policy_mapping.learned=[player_1,player_2]", "~multiagent.policy_mapping.random")
+    policy = trainer.workers.local_worker.policy_map["learned"]
     b = trainer.workers.local_worker.sample()["learned"]
     starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 20)
     games = b.split_by_episode()
     assert len(starts) == len(games) and sorted(lens.tolist()) == sorted(len(g) for g in games)
+    starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 2)
+    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in b.items()}
+    mb = sequence_minibatch(tb, starts, lens, np.arange(len(starts)))
+    with torch.no_grad():
+        out = SequenceView(policy.model, mb)(mb[SB.OBS])
+    torch.testing.assert_close(out.values, mb[SB.VF_PREDS])
+    torch.testing.assert_close(out.dist_inputs, mb[SB.ACTION_DIST_INPUTS])
     assert trainer.train()["training_iteration"] == 1
+    trainer.stop()
+
+
+def test_players_that_resign_mid_game_leave_with_their_loss_and_the_rest_play_on(tmp_path, turn_envs):
+    """Three players of nim sharing one policy; a resignation (action 2) is -1 and out (PettingZoo's
+    dead step comes next, mid-game); the last player left, or the one taking the last stick, wins."""
+    trainer = _trainer(tmp_path, "env.id=nim", "plugins=[turn_envs]", "+env.kwargs={pile: 9, players: 3, resign: true}",
+                       "~multiagent.policies.random", "~multiagent.policy_mapping",
+                       "+multiagent.policy_mapping={learned: ['*']}")
+    b = trainer.workers.local_worker.sample()["learned"]
+    games: dict[int, list[SampleBatch]] = {}
+    for traj in b.split_by_episode():
+        games.setdefault(int(traj[SB.EPS_ID][0]) // 3, []).append(traj)
+    resigned = 0
+    for trajs in games.values():
+        outcomes = []
+        for traj in trajs:
+            rew, term = traj[SB.REWARDS], traj[SB.TERMINATEDS]
+            assert np.array_equal(traj[SB.T], np.arange(len(traj))) and term[-1] and not term[:-1].any()
+            assert np.all(rew[:-1] == 0) and rew[-1] in (-1.0, 1.0) and not (traj[SB.ACTIONS][:-1] == 2).any()
+            resigned += int(traj[SB.ACTIONS][-1] == 2)
+            if traj[SB.ACTIONS][-1] == 2:
+                assert rew[-1] == -1.0
+            outcomes.append(rew[-1])
+        # a player that never moved (the first two resigned) has no move to credit its win to
+        assert sorted(outcomes) == ([-1.0, -1.0, 1.0] if len(trajs) == 3 else [-1.0, -1.0]), outcomes
+    assert len(games) > 50 and resigned > 50 and sum(len(t) == 3 for t in games.values()) > 40
     trainer.stop()
 
 
@@ -208,9 +289,18 @@ def test_ppo_learns_tic_tac_toe_against_random_and_rlrun_eval_reports_each_side(
 
 @pytest.mark.ray
 def test_ray_workers_sample_whole_games(tmp_path):
+    """Two Ray workers; what they sampled, recorded with output=, is whole games of the learner's moves."""
     args = [sys.executable, "-m", "rlrun", "+experiment=ppo_tictactoe", "tracking=none", "rollout=ray",
-            "rollout.num_workers=2", "stop.timesteps_total=8000"]
+            "rollout.num_workers=2", "stop.timesteps_total=8000", "output=data"]
     p = subprocess.run(isolated(args), cwd=tmp_path, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr[-3000:]
     assert run_summary(p.stdout)["stopped"].startswith("timesteps_total = ")
+    rows = pq.read_table(tmp_path / "data" / "learned").to_pydict()
+    games: dict[int, list[tuple]] = {}
+    for e, t, r, term in zip(rows[SB.EPS_ID], rows[SB.T], rows[SB.REWARDS], rows[SB.TERMINATEDS], strict=True):
+        games.setdefault(e, []).append((t, r, term))
+    assert len(games) > 100
+    for moves in games.values():
+        t, r, term = zip(*sorted(moves), strict=True)
+        assert list(t) == list(range(len(t))) and term[-1] and not any(term[:-1]) and not any(r[:-1])

@@ -114,7 +114,13 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
         env = entry.obj(**kwargs)
     except TypeError as e:
         raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
-    return TurnBasedEnv(env) if is_turn_based(env) else env
+    if not is_turn_based(env):
+        return env
+    if env.metadata.get("is_parallelizable", False):
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        return aec_to_parallel(env)
+    return TurnBasedEnv(env)
 
 
 class MultiCartPole:
@@ -168,7 +174,7 @@ class MultiCartPole:
 # --------------------------------------------------------------------------- vector envs
 class VectorStep(NamedTuple):
     obs: dict[str, np.ndarray]  # [C, *obs_shape] float32: the next observation (final one for a departed agent)
-    rewards: dict[str, np.ndarray]  # [C] float32, 0 where the agent did not act
+    rewards: dict[str, np.ndarray]  # [C] float32 (a turn-based game: a waiting player's too, e.g. the loser's -1)
     terminateds: dict[str, np.ndarray]  # [C] bool
     truncateds: dict[str, np.ndarray]  # [C] bool; an agent that left without a flag counts as truncated
     acting: dict[str, np.ndarray]  # [C] bool: the agent acts in the next step

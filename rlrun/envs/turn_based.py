@@ -15,7 +15,8 @@ slots act for that player only), and adds ``live_agents``, every player still in
   samples whole games (``batch_mode: complete_episodes``): a player's reward for a move is everything
   it receives until it moves again, as in PettingZoo's ``last()``.
 
-The same wrapper takes an AEC env from a registered multi-agent factory.
+The same wrapper takes an AEC env from a registered multi-agent factory (a parallelizable one goes through
+``aec_to_parallel``, as a ``pettingzoo:`` id's does).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+
+from rlrun.core.errors import PluginError
 
 
 def is_turn_based(env: Any) -> bool:
@@ -56,25 +59,36 @@ class TurnBasedEnv:
         return obs, {a: dict(self.aec.infos.get(a, {})) for a in obs}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        aec = self.aec
+        aec, playing = self.aec, set(self.live_agents)
         aec.step(actions[aec.agent_selection])
         rewards = {a: float(r) for a, r in aec.rewards.items()}
         terms = {a: bool(aec.terminations.get(a, False)) for a in aec.agents}
         truncs = {a: bool(aec.truncations.get(a, False)) for a in aec.agents}
         infos = {a: dict(aec.infos.get(a, {})) for a in aec.agents}
-        final = {a: aec.observe(a) for a in aec.agents if terms[a] or truncs[a]}
+        final = {a: aec.observe(a) for a in aec.agents if a in playing and (terms[a] or truncs[a])}
         return self._next(final), rewards, terms, truncs, infos
 
     def _next(self, obs: dict[str, Any]) -> dict[str, Any]:
         """Dead steps for the players that are done, then the next mover's observation into ``obs``."""
         aec = self.aec
-        while aec.agents and (aec.terminations[aec.agent_selection] or aec.truncations[aec.agent_selection]):
+        while aec.agents and self._done(aec.agent_selection):
+            who, before = aec.agent_selection, len(aec.agents)
             aec.step(None)  # PettingZoo's dead step: removes the player
-        self.live_agents = list(aec.agents)
+            if len(aec.agents) >= before:
+                raise PluginError(f"env: {aec}'s dead step (step(None) for {who}, which is done) "
+                                  "did not remove the player, as PettingZoo's AEC API has it")
+        # the players still in the game: one that is done but not removed yet (its turn has not come) is out
+        self.live_agents = [a for a in aec.agents if not self._done(a)]
         self.agents = [aec.agent_selection] if aec.agents else []
         for a in self.agents:
             obs[a] = aec.observe(a)
         return obs
+
+    def _done(self, agent: str) -> bool:
+        aec = self.aec
+        if agent not in aec.terminations:
+            raise PluginError(f"env: {aec}'s agent_selection {agent!r} is not one of its agents {list(aec.agents)}")
+        return bool(aec.terminations[agent] or aec.truncations[agent])
 
     def render(self) -> Any:
         return self.aec.render()

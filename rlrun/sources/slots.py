@@ -118,14 +118,18 @@ class Slots:
     def _credit_waiting(self, step: int, rew: np.ndarray, term: np.ndarray, trunc: np.ndarray,
                         reset: np.ndarray, ep_len: np.ndarray) -> None:
         """A reward or flag that reaches an agent while it waits (a turn-based game: the loser's -1 comes
-        with the winner's move) goes to the agent's last row of the episode; this step's rows become the
-        acting slots' last ones. A turn-based game's ``t`` is the player's own move number (its moves are
+        with the winner's move) goes to the agent's last row of the episode, unless that row ended its
+        trajectory (an agent that left: what it receives afterwards is not learned from, as before; nor
+        is what an agent receives before its first step); this step's rows become the acting slots' last
+        ones. A turn-based game's ``t`` is the player's own move number (its moves are
         one sequence for an LSTM) and its reset rows are kept (``compact``)."""
         buf, acted, last = self.buf, self.acting, self.last
         late = ~acted & (last >= 0) & ((rew != 0) | term | trunc)
         if late.any():
             j = np.flatnonzero(late)
             rows = last[j]
+            still = ~(buf[SB.TERMINATEDS][rows, j] | buf[SB.TRUNCATEDS][rows, j])  # an agent that left is done
+            j, rows = j[still], rows[still]
             buf[SB.REWARDS][rows, j] += rew[j]
             buf[SB.TERMINATEDS][rows, j] |= term[j]
             buf[SB.TRUNCATEDS][rows, j] |= trunc[j]
