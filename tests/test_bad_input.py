@@ -140,6 +140,9 @@ CASES: dict[str, Case] = {
     "dqn q-model huge": c(DQN, "model.hiddens=[1000000,1000000]", expect=["model.hiddens: [1000000, 1000000]", "GiB"]),
     "replay capacity huge": c(DQN, "algo.replay_capacity=1000000000000",
                               expect=["algo.replay_capacity: 1,000,000,000,000", "GiB"]),
+    "snapshot of an unknown policy": c("+experiment=ppo_tictactoe", "+multiagent.policies.past={snapshot_of: lerned}",
+                                       expect=["multiagent.policies.past.snapshot_of: unknown policy 'lerned' "
+                                               "(did you mean 'learned'?)"]),
     "policy model huge": c("+experiment=ppo_multi_cartpole", "+multiagent.policies.p0.model={hiddens:[2000000000]}",
                            expect=["multiagent.policies.p0.model.hiddens: [2000000000]", "GiB"]),
     "workers past the cpus": c(PPO, "rollout=ray", "rollout.num_workers=1000", "rollout.ray.num_cpus=2",

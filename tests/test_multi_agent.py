@@ -88,6 +88,16 @@ def _cfg(*overrides):
     (["++env.observation_space={type: Box, shape: [2]}", "++env.action_space={type: Discrete, n: 2}"],
      "env.observation_space: a multi-agent env's spaces are its agents'"),
     (["+multiagent.policies.p.algo={lr: -1}"], None),  # checked like the top level: see below
+    (["+multiagent.policies.q={snapshot_of: pp}", "+multiagent.policy_mapping.q=[b]"],
+     "multiagent.policies.q.snapshot_of: unknown policy 'pp' (did you mean 'p'?); policies: p, q"),
+    (["+multiagent.policies.r={heuristic: random}", "+multiagent.policies.q={snapshot_of: r}"],
+     "multiagent.policies.q.snapshot_of: 'r' is a heuristic; a snapshot copies a learned policy"),
+    (["+multiagent.policies.q={snapshot_of: p, model: {hiddens: [8]}}"],
+     "multiagent.policies.q: a snapshot has its source's network; remove its heuristic/algo/loss/model keys"),
+    (["+multiagent.policies.q={snapshot_of: p, snapshot_interval: 0}"],
+     "multiagent.policies.q.snapshot_interval: 0 must be a whole number of iterations >= 1"),
+    (["+multiagent.policies.q={snapshot_of: p}", "multiagent.policies_to_train=[p,q]"],
+     "multiagent.policies_to_train: 'q' is a snapshot of 'p' and is not trained"),
 ])
 def test_multi_agent_configs_are_checked_before_compute(overrides, message):
     if message is None:
@@ -105,6 +115,8 @@ def test_multi_agent_configs_are_checked_before_compute(overrides, message):
     (["env.id=test_relay_odd"], "agents 'a' and 'c' share policy 'p' but their spaces differ"),
     (["+multiagent.policies.q={}", "+multiagent.policy_mapping.p=['*']"],
      "multiagent.policies: no agent of test_relay is mapped to q"),
+    (["env.id=test_relay_odd", "+multiagent.policies.q={snapshot_of: p}", "+multiagent.policy_mapping.q=[c]",
+      "+multiagent.policy_mapping.p=['*']"], "multiagent.policies.q.snapshot_of: its agents' spaces"),
 ])
 def test_agents_and_spaces_are_checked_against_the_env_before_compute(overrides, message):
     with pytest.raises(ConfigError) as e:

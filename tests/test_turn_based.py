@@ -148,6 +148,27 @@ def test_one_policy_playing_both_sides_gets_both_trajectories_of_each_game(tmp_p
     trainer.stop()
 
 
+def test_a_snapshot_opponent_is_the_learner_as_it_was_and_never_learns(tmp_path):
+    """Self-play against a past self: ``past`` (player_2) holds ``learned``'s weights from the start and
+    after every 2nd iteration, and learns nothing in between."""
+    trainer = _trainer(tmp_path, "~multiagent.policies.random", "+multiagent.policies.past={snapshot_of: learned, "
+                       "snapshot_interval: 2}", "~multiagent.policy_mapping.random",
+                       "+multiagent.policy_mapping.past=[player_2]")
+    learned, past = trainer.policies["learned"], trainer.policies["past"]
+
+    def same(a, b):
+        return all(np.array_equal(a[k], b[k]) for k in a)
+
+    assert trainer.policies_to_train == ["learned"] and same(past.get_weights(), learned.get_weights())
+    start = learned.get_weights()
+    trainer.train()
+    assert same(past.get_weights(), start) and not same(learned.get_weights(), start)
+    result = trainer.train()
+    assert same(past.get_weights(), learned.get_weights()) and past.num_rows_trained == 0
+    assert "rollout/past/episode_return_mean" in result and not any(k.startswith("train/past/") for k in result)
+    trainer.stop()
+
+
 def test_dqn_s_next_observation_is_the_player_s_next_turn(tmp_path):
     cfg = compose(["+experiment=dqn_cartpole", f"env.id={TTT}", "+multiagent.policies={learned: {}, random: "
                    "{heuristic: random}}", "+multiagent.policy_mapping={learned: [player_1], random: [player_2]}",

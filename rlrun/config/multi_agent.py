@@ -29,6 +29,10 @@ class PolicyConfig:
     algo: dict[str, Any] = field(default_factory=dict)  # algo keys for this policy (lr, gamma, ...; same algorithm)
     loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
     model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
+    # a frozen copy of that learned policy (self-play against a past self), never trained: its weights
+    # become the source's every snapshot_interval iterations (and at the start)
+    snapshot_of: str | None = None
+    snapshot_interval: int = 10
 
 
 @dataclass
@@ -60,7 +64,14 @@ def policies_to_train(cfg: Any) -> list[str]:
     ma = cfg.multiagent
     if not ma.policies:
         return [DEFAULT_POLICY_ID]
-    return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
+    if ma.policies_to_train is not None:
+        return list(ma.policies_to_train)
+    return [pid for pid in learned_policies(cfg) if ma.policies[pid].snapshot_of is None]
+
+
+def snapshots(cfg: Any) -> dict[str, str]:
+    """Snapshot policy id -> the learned policy it copies."""
+    return {pid: p.snapshot_of for pid, p in cfg.multiagent.policies.items() if p.snapshot_of is not None}
 
 
 def policy_configs(cfg: Any) -> dict[str, PolicyConfig]:
@@ -71,6 +82,8 @@ def policy_configs(cfg: Any) -> dict[str, PolicyConfig]:
 def policy_sections(cfg: Any, policy_id: str) -> Any:
     """The run's config with this policy's algo/loss/model keys applied (checked like the top level)."""
     p = policy_configs(cfg)[policy_id]
+    if p.snapshot_of is not None:  # the source's network, so that its weights fit
+        return policy_sections(cfg, p.snapshot_of)
     where = f"multiagent.policies.{policy_id}"
     out = cfg
     for key, registry, section, changes in (("algo", ALGOS, cfg.algo, p.algo), ("loss", LOSSES, cfg.loss, p.loss),
@@ -124,23 +137,16 @@ def check_multi_agent_config(cfg: Any) -> None:
         raise ConfigError("env.observation_space: a multi-agent env's spaces are its agents'; remove "
                           "env.observation_space and env.action_space")
     for pid, p in ma.policies.items():
-        if p.heuristic is not None:
-            try:
-                HEURISTICS.entry(p.heuristic, f"multiagent.policies.{pid}.heuristic")
-            except RegistryError as e:
-                raise ConfigError(str(e)) from None
-            if p.algo or p.loss or p.model:
-                raise ConfigError(f"multiagent.policies.{pid}: a heuristic policy has no algo/loss/model keys")
-        elif p.heuristic_kwargs:
-            raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
-        else:
-            policy_sections(cfg, pid)
+        _check_policy(cfg, pid, p, ids)
     for pid in ma.policies_to_train or []:
         if pid not in ma.policies:
             raise ConfigError(f"multiagent.policies_to_train: unknown policy '{pid}'; policies: {', '.join(ids)}")
         if ma.policies[pid].heuristic is not None:
             raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a heuristic "
                               f"({ma.policies[pid].heuristic}) and cannot be trained")
+        if ma.policies[pid].snapshot_of is not None:
+            raise ConfigError(f"multiagent.policies_to_train: '{pid}' is a snapshot of "
+                              f"'{ma.policies[pid].snapshot_of}' and is not trained")
     for pid in ma.policy_mapping:
         if pid not in ma.policies:
             raise ConfigError(f"multiagent.policy_mapping.{pid}: unknown policy '{pid}'{suggest(pid, ids)}; "
@@ -155,3 +161,36 @@ def check_multi_agent_config(cfg: Any) -> None:
     if not ma.policy_mapping and ma.policy_mapping_fn is None and len(ids) > 1:
         raise ConfigError(f"multiagent.policy_mapping: {len(ids)} policies ({', '.join(ids)}) but no mapping; "
                           f"give each its agent id patterns, e.g. {{{ids[0]}: ['agent_[02]'], {ids[1]}: ['*']}}")
+
+
+def _check_policy(cfg: Any, pid: str, p: PolicyConfig, ids: list[str]) -> None:
+    if p.snapshot_of is not None:
+        _check_snapshot(cfg.multiagent, pid, p, ids)
+    elif p.heuristic is not None:
+        try:
+            HEURISTICS.entry(p.heuristic, f"multiagent.policies.{pid}.heuristic")
+        except RegistryError as e:
+            raise ConfigError(str(e)) from None
+        if p.algo or p.loss or p.model:
+            raise ConfigError(f"multiagent.policies.{pid}: a heuristic policy has no algo/loss/model keys")
+    elif p.heuristic_kwargs:
+        raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
+    else:
+        policy_sections(cfg, pid)
+
+
+def _check_snapshot(ma: Any, pid: str, p: PolicyConfig, ids: list[str]) -> None:
+    where = f"multiagent.policies.{pid}"
+    src = ma.policies.get(p.snapshot_of)
+    if src is None:
+        raise ConfigError(f"{where}.snapshot_of: unknown policy '{p.snapshot_of}'{suggest(str(p.snapshot_of), ids)}; "
+                          f"policies: {', '.join(ids)}")
+    if src.heuristic is not None or src.snapshot_of is not None:
+        raise ConfigError(f"{where}.snapshot_of: '{p.snapshot_of}' is a "
+                          f"{'heuristic' if src.heuristic is not None else 'snapshot'}; a snapshot copies a "
+                          "learned policy")
+    if p.heuristic is not None or p.heuristic_kwargs or p.algo or p.loss or p.model:
+        raise ConfigError(f"{where}: a snapshot has its source's network; remove its heuristic/algo/loss/model keys")
+    if isinstance(p.snapshot_interval, bool) or not isinstance(p.snapshot_interval, int) or p.snapshot_interval < 1:
+        raise ConfigError(f"{where}.snapshot_interval: {p.snapshot_interval!r} must be a whole number of "
+                          "iterations >= 1")

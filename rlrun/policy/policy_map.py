@@ -12,7 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlrun.config.multi_agent import policy_configs
+from rlrun.config.multi_agent import policy_configs, snapshots
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
@@ -154,6 +154,10 @@ def map_agents(cfg: RunConfig, spaces_of: Mapping[str, tuple[gym.Space, gym.Spac
     if unused:
         raise ConfigError(f"multiagent.policies: no agent of {cfg.env.id} is mapped to {', '.join(unused)} "
                           f"(agents: {', '.join(spaces_of)})")
+    for pid, src in snapshots(cfg).items():  # its source's weights must fit its agents
+        if spaces[pid][0] != spaces[src][0] or spaces[pid][1] != spaces[src][1]:
+            raise ConfigError(f"multiagent.policies.{pid}.snapshot_of: its agents' spaces ({spaces[pid][0]}, "
+                              f"{spaces[pid][1]}) differ from '{src}''s ({spaces[src][0]}, {spaces[src][1]})")
     return mapping, spaces
 
 

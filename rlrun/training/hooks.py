@@ -48,3 +48,36 @@ class CallbacksHook:
 @HOOKS.register("callbacks", order=1000)
 def callbacks_hook(trainer: Any) -> CallbacksHook | None:
     return CallbacksHook(trainer.callbacks) if trainer.callbacks else None
+
+
+class SnapshotHook:
+    """Snapshot policies (``multiagent.policies.<id>.snapshot_of``): each holds its source's weights as
+    they were at the start and after every ``snapshot_interval``-th iteration, and is never trained
+    (self-play against a past self). The new weights reach remote workers at once."""
+
+    def __init__(self, trainer: Any, sources: dict[str, str]) -> None:
+        self.sources = sources
+        self.every = {pid: trainer.cfg.multiagent.policies[pid].snapshot_interval for pid in sources}
+        for pid in sources:  # at the start (a resumed run's checkpoint replaces them after this)
+            self._copy(trainer, pid)
+
+    def _copy(self, trainer: Any, pid: str) -> None:
+        trainer.policies[pid].set_weights(trainer.policies[self.sources[pid]].get_weights())
+
+    def after_iteration(self, trainer: Any, result: dict[str, float]) -> None:
+        due = [pid for pid in self.sources if trainer.iteration % self.every[pid] == 0]
+        for pid in due:
+            self._copy(trainer, pid)
+        if due:
+            trainer.workers.sync_weights(trainer.timesteps_total)
+
+    def close(self) -> None:
+        pass
+
+
+@HOOKS.register("snapshots", order=900)
+def snapshot_hook(trainer: Any) -> SnapshotHook | None:
+    from rlrun.config.multi_agent import snapshots
+
+    sources = snapshots(trainer.cfg)
+    return SnapshotHook(trainer, sources) if sources else None
