@@ -98,6 +98,14 @@ def _cfg(*overrides):
      "multiagent.policies.q.snapshot_interval: 0 must be a whole number of iterations >= 1"),
     (["+multiagent.policies.q={snapshot_of: p}", "multiagent.policies_to_train=[p,q]"],
      "multiagent.policies_to_train: 'q' is a snapshot of 'p' and is not trained"),
+    (["+multiagent.policies.q={snapshot_interval: 5}"],
+     "multiagent.policies.q.snapshot_interval: set without snapshot_of"),
+    (["+multiagent.policies.q={snapshot_of: q, model: {hiddens: [8]}}"],
+     "multiagent.policies.q.snapshot_of: 'q' is a snapshot; a snapshot copies a learned policy"),
+    (["+multiagent.policies.q={snapshot_of: pp, model: {hiddens: [8]}}"], "multiagent.policies.q.snapshot_of: unknown"),
+    (["+multiagent.policies.q={snapshot_of: p}", "+multiagent.policy_mapping.q=[b]",
+      "+multiagent.policy_mapping.p=['*']", "rollout.observation_filter=mean_std"],
+     "rollout.observation_filter: mean_std with a snapshot policy"),
 ])
 def test_multi_agent_configs_are_checked_before_compute(overrides, message):
     if message is None:

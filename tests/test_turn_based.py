@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from rlrun.envs.turn_based import TurnBasedEnv
 from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
 from rlrun.sources.plugins import load_builtins
 from rlrun.training.evaluation import render_run
+from rlrun.training.export import save_actors
 from rlrun.training.trainer import Trainer
 
 from .conftest import REPO, isolated, run_summary
@@ -166,7 +168,45 @@ def test_a_snapshot_opponent_is_the_learner_as_it_was_and_never_learns(tmp_path)
     result = trainer.train()
     assert same(past.get_weights(), learned.get_weights()) and past.num_rows_trained == 0
     assert "rollout/past/episode_return_mean" in result and not any(k.startswith("train/past/") for k in result)
+    assert past.global_timestep == learned.global_timestep == trainer.timesteps_total  # its exploration schedule
+    state = trainer.get_state()
     trainer.stop()
+    # the MLflow models are the learner's only (a snapshot is its earlier weights)
+    out = save_actors(trainer.policies, trainer.cfg, tmp_path / "ckpt", tmp_path / "actors")
+    assert [d.name for d in out.iterdir()] == ["000-model_learned"]
+    # resumed into a config that adds the snapshot: it starts from the restored learner, not a fresh one
+    del state["policies"]["past"]
+    again = _trainer(tmp_path, "~multiagent.policies.random", "+multiagent.policies.past={snapshot_of: learned}",
+                     "~multiagent.policy_mapping.random", "+multiagent.policy_mapping.past=[player_2]")
+    again.set_state(state)
+    assert same(again.policies["past"].get_weights(), again.policies["learned"].get_weights())
+    assert same(again.policies["learned"].get_weights(), learned.get_weights())
+    again.stop()
+
+
+@pytest.mark.ray
+def test_ray_workers_play_the_snapshot_they_are_sent(tmp_path):
+    """With 2 Ray workers, the snapshot the workers act with is the learner's copy: from the start and
+    after each snapshot iteration."""
+    code = textwrap.dedent("""
+        import numpy as np, ray
+        from rlrun import make_trainer
+        t = make_trainer(["+experiment=ppo_tictactoe", "rollout=ray", "rollout.num_workers=2", "tracking=none",
+                          "~multiagent.policies.random", "+multiagent.policies.past={snapshot_of: learned, "
+                          "snapshot_interval: 1}", "~multiagent.policy_mapping.random",
+                          "+multiagent.policy_mapping.past=[player_2]"])
+        for i in range(3):
+            want = t.policies["past"].get_weights()
+            for got in ray.get([w.get_weights.remote() for w in t.workers._remote.values()]):
+                assert all(np.array_equal(want[k], got["past"][k]) for k in want), i
+            t.train()
+        print("checked", len(t.workers._remote))
+        t.stop()
+    """)
+    p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[-1] == "2", p.stdout
 
 
 def test_dqn_s_next_observation_is_the_player_s_next_turn(tmp_path):

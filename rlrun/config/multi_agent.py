@@ -30,9 +30,9 @@ class PolicyConfig:
     loss: dict[str, Any] = field(default_factory=dict)  # loss coefficients for this policy
     model: dict[str, Any] = field(default_factory=dict)  # model keys for this policy (hiddens, ...)
     # a frozen copy of that learned policy (self-play against a past self), never trained: its weights
-    # become the source's every snapshot_interval iterations (and at the start)
+    # become the source's at the start and every snapshot_interval iterations (None: 10)
     snapshot_of: str | None = None
-    snapshot_interval: int = 10
+    snapshot_interval: int | None = None
 
 
 @dataclass
@@ -44,7 +44,7 @@ class MultiAgentConfig:
     # (policy by policy) and the first match wins
     policy_mapping: dict[str, list[str]] = field(default_factory=dict)
     policy_mapping_fn: str | None = None  # a registered mapping function (POLICY_MAPPINGS) instead
-    policies_to_train: list[str] | None = None  # None: every learned policy
+    policies_to_train: list[str] | None = None  # None: every learned policy (not heuristics, not snapshots)
     count_steps_by: Literal["env_steps", "agent_steps"] = "env_steps"  # what train_batch_size counts
 
 
@@ -55,23 +55,23 @@ def is_multi_agent_env(env_id: str | None) -> bool:
 
 
 def learned_policies(cfg: Any) -> list[str]:
-    return [pid for pid, p in cfg.multiagent.policies.items() if p.heuristic is None]
+    """The policies with a learner of their own (heuristics and snapshots have none)."""
+    return [pid for pid, p in cfg.multiagent.policies.items() if p.heuristic is None and p.snapshot_of is None]
 
 
 def policies_to_train(cfg: Any) -> list[str]:
-    """The policies that learn: ``multiagent.policies_to_train``, else every learned one; a
-    single-agent run's is its one default policy."""
+    """The policies that learn: ``multiagent.policies_to_train``, else every learned one (not the
+    heuristics and snapshots); a single-agent run's is its one default policy."""
     ma = cfg.multiagent
     if not ma.policies:
         return [DEFAULT_POLICY_ID]
-    if ma.policies_to_train is not None:
-        return list(ma.policies_to_train)
-    return [pid for pid in learned_policies(cfg) if ma.policies[pid].snapshot_of is None]
+    return list(ma.policies_to_train) if ma.policies_to_train is not None else learned_policies(cfg)
 
 
-def snapshots(cfg: Any) -> dict[str, str]:
-    """Snapshot policy id -> the learned policy it copies."""
-    return {pid: p.snapshot_of for pid, p in cfg.multiagent.policies.items() if p.snapshot_of is not None}
+def snapshots(cfg: Any) -> dict[str, tuple[str, int]]:
+    """Snapshot policy id -> (the learned policy it copies, every how many iterations)."""
+    return {pid: (p.snapshot_of, p.snapshot_interval or 10) for pid, p in cfg.multiagent.policies.items()
+            if p.snapshot_of is not None}
 
 
 def policy_configs(cfg: Any) -> dict[str, PolicyConfig]:
@@ -83,6 +83,7 @@ def policy_sections(cfg: Any, policy_id: str) -> Any:
     """The run's config with this policy's algo/loss/model keys applied (checked like the top level)."""
     p = policy_configs(cfg)[policy_id]
     if p.snapshot_of is not None:  # the source's network, so that its weights fit
+        _check_snapshot(cfg.multiagent, policy_id, p, list(cfg.multiagent.policies))
         return policy_sections(cfg, p.snapshot_of)
     where = f"multiagent.policies.{policy_id}"
     out = cfg
@@ -104,7 +105,7 @@ def learned_policy_sections(cfg: Any) -> Iterator[tuple[str, str, Any]]:
     for a single-agent run's policy and ``multiagent.policies.<id>.`` for a named one, the sections the run's
     config with the policy's own keys applied (``policy_sections``)."""
     for pid, p in policy_configs(cfg).items():
-        if p.heuristic is None:
+        if p.heuristic is None and p.snapshot_of is None:
             yield pid, "" if pid == DEFAULT_POLICY_ID else f"multiagent.policies.{pid}.", policy_sections(cfg, pid)
 
 
@@ -151,6 +152,9 @@ def check_multi_agent_config(cfg: Any) -> None:
         if pid not in ma.policies:
             raise ConfigError(f"multiagent.policy_mapping.{pid}: unknown policy '{pid}'{suggest(pid, ids)}; "
                               f"policies: {', '.join(ids)}")
+    if snapshots(cfg) and cfg.rollout.observation_filter != "none":
+        raise ConfigError(f"rollout.observation_filter: {cfg.rollout.observation_filter} with a snapshot policy "
+                          "(snapshot_of): its filter statistics would not be its source's; use none")
     if ma.policy_mapping and ma.policy_mapping_fn:
         raise ConfigError("multiagent.policy_mapping_fn: set together with multiagent.policy_mapping; use one")
     if ma.policy_mapping_fn is not None:
@@ -175,6 +179,8 @@ def _check_policy(cfg: Any, pid: str, p: PolicyConfig, ids: list[str]) -> None:
             raise ConfigError(f"multiagent.policies.{pid}: a heuristic policy has no algo/loss/model keys")
     elif p.heuristic_kwargs:
         raise ConfigError(f"multiagent.policies.{pid}.heuristic_kwargs: set without a heuristic")
+    elif p.snapshot_interval is not None:
+        raise ConfigError(f"multiagent.policies.{pid}.snapshot_interval: set without snapshot_of")
     else:
         policy_sections(cfg, pid)
 
@@ -191,6 +197,7 @@ def _check_snapshot(ma: Any, pid: str, p: PolicyConfig, ids: list[str]) -> None:
                           "learned policy")
     if p.heuristic is not None or p.heuristic_kwargs or p.algo or p.loss or p.model:
         raise ConfigError(f"{where}: a snapshot has its source's network; remove its heuristic/algo/loss/model keys")
-    if isinstance(p.snapshot_interval, bool) or not isinstance(p.snapshot_interval, int) or p.snapshot_interval < 1:
+    n = p.snapshot_interval
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ConfigError(f"{where}.snapshot_interval: {p.snapshot_interval!r} must be a whole number of "
                           "iterations >= 1")

@@ -79,7 +79,7 @@ def _models(cfg: Any) -> Iterator[tuple[str, Any]]:
     """(key prefix, model config) of the run's policies: the run's own, and each named policy's own."""
     yield "model", cfg.model
     for pid, p in (cfg.multiagent.policies or {}).items():
-        if p.heuristic is None and p.model:
+        if p.heuristic is None and p.snapshot_of is None and p.model:  # a snapshot has its source's
             from rlrun.config.multi_agent import policy_sections
 
             yield f"multiagent.policies.{pid}.model", policy_sections(cfg, pid).model

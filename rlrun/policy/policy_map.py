@@ -154,7 +154,7 @@ def map_agents(cfg: RunConfig, spaces_of: Mapping[str, tuple[gym.Space, gym.Spac
     if unused:
         raise ConfigError(f"multiagent.policies: no agent of {cfg.env.id} is mapped to {', '.join(unused)} "
                           f"(agents: {', '.join(spaces_of)})")
-    for pid, src in snapshots(cfg).items():  # its source's weights must fit its agents
+    for pid, (src, _) in snapshots(cfg).items():  # its source's weights must fit its agents
         if spaces[pid][0] != spaces[src][0] or spaces[pid][1] != spaces[src][1]:
             raise ConfigError(f"multiagent.policies.{pid}.snapshot_of: its agents' spaces ({spaces[pid][0]}, "
                               f"{spaces[pid][1]}) differ from '{src}''s ({spaces[src][0]}, {spaces[src][1]})")

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlrun.config.multi_agent import snapshots
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 from rlrun.core.actor_files import ACTOR_FILE, EXAMPLE_FILE, META_FILE
@@ -70,8 +71,9 @@ def load_policy(path: str | Path, launch_dir: str | Path | None = None, policy_i
     """One Policy stored in checkpoint directory ``path`` (default: ``default_policy``, or a
     multi-agent run's first learned policy), weights restored, ready to act."""
     loaded = load_policies(path, launch_dir)
-    if policy_id is None:
-        policy_id = next((pid for pid, lp in loaded.items() if isinstance(lp.policy, Policy)), DEFAULT_POLICY_ID)
+    if policy_id is None:  # the first that learned (not a heuristic, not a snapshot of another)
+        policy_id = next((pid for pid, lp in loaded.items() if isinstance(lp.policy, Policy)
+                          and pid not in snapshots(lp.cfg)), DEFAULT_POLICY_ID)
     if policy_id not in loaded:
         raise CheckpointError(f"checkpoint {path}: no policy '{policy_id}' (it holds {', '.join(loaded)})")
     return loaded[policy_id]
@@ -176,10 +178,11 @@ def warm_up() -> None:
 
 def log_policy_model(tracking_uri: str, run_id: str, checkpoint_dir: str | Path, launch_dir: str | Path) -> str:
     """Log the checkpoint's greedy policy to run ``run_id`` as MLflow model ``model``; a multi-agent
-    run's learned policies as ``model_<policy id>``, one each (heuristics have no weights to export).
+    run's learned policies as ``model_<policy id>``, one each (heuristics have no weights to export;
+    snapshots are their sources' earlier weights).
     Returns the URI of the (first) model."""
     loaded = load_policies(checkpoint_dir, launch_dir)
-    learned = {pid: lp for pid, lp in loaded.items() if isinstance(lp.policy, Policy)}
+    learned = {pid: lp for pid, lp in loaded.items() if isinstance(lp.policy, Policy) and pid not in snapshots(lp.cfg)}
     uris = [_log_one_model(tracking_uri, run_id, lp, checkpoint_dir,
                            MODEL_ARTIFACT if pid == DEFAULT_POLICY_ID else f"{MODEL_ARTIFACT}_{pid}", pid)
             for pid, lp in learned.items()]
@@ -211,7 +214,7 @@ def save_actors(policies: Mapping[str, Any], cfg: RunConfig, checkpoint_dir: str
     torch (rlrun/tracking/model_files.py): the trainer has the policy at hand and traces it in ~50 ms."""
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
-    learned = [(pid, p) for pid, p in policies.items() if isinstance(p, Policy)]
+    learned = [(pid, p) for pid, p in policies.items() if isinstance(p, Policy) and pid not in snapshots(cfg)]
     for i, (pid, policy) in enumerate(learned):
         name = MODEL_ARTIFACT if pid == DEFAULT_POLICY_ID else f"{MODEL_ARTIFACT}_{pid}"
         d = out / f"{i:03d}-{name}"

@@ -52,24 +52,32 @@ def callbacks_hook(trainer: Any) -> CallbacksHook | None:
 
 class SnapshotHook:
     """Snapshot policies (``multiagent.policies.<id>.snapshot_of``): each holds its source's weights as
-    they were at the start and after every ``snapshot_interval``-th iteration, and is never trained
-    (self-play against a past self). The new weights reach remote workers at once."""
+    they were at the start and after every ``snapshot_interval``-th iteration, acts at the run's step
+    count (exploration schedules), and is never trained (self-play against a past self). The workers
+    get the new weights at once."""
 
-    def __init__(self, trainer: Any, sources: dict[str, str]) -> None:
+    def __init__(self, trainer: Any, sources: dict[str, tuple[str, int]]) -> None:
         self.sources = sources
-        self.every = {pid: trainer.cfg.multiagent.policies[pid].snapshot_interval for pid in sources}
-        for pid in sources:  # at the start (a resumed run's checkpoint replaces them after this)
+        for pid in sources:
             self._copy(trainer, pid)
+        trainer.workers.sync_weights(trainer.timesteps_total)
 
     def _copy(self, trainer: Any, pid: str) -> None:
-        trainer.policies[pid].set_weights(trainer.policies[self.sources[pid]].get_weights())
+        trainer.policies[pid].set_weights(trainer.policies[self.sources[pid][0]].get_weights())
+
+    def restored(self, trainer: Any, state: dict[str, Any]) -> None:
+        """After a checkpoint's restore: a snapshot the checkpoint has no weights for (added on resume)
+        starts from its source's restored weights."""
+        for pid in self.sources:
+            if pid not in state["policies"]:
+                self._copy(trainer, pid)
 
     def after_iteration(self, trainer: Any, result: dict[str, float]) -> None:
-        due = [pid for pid in self.sources if trainer.iteration % self.every[pid] == 0]
-        for pid in due:
-            self._copy(trainer, pid)
-        if due:
-            trainer.workers.sync_weights(trainer.timesteps_total)
+        for pid, (_, every) in self.sources.items():
+            trainer.policies[pid].global_timestep = trainer.timesteps_total
+            if trainer.iteration % every == 0:
+                self._copy(trainer, pid)
+        trainer.workers.sync_weights(trainer.timesteps_total)
 
     def close(self) -> None:
         pass

@@ -251,6 +251,10 @@ class Trainer:
             if pid in self._policy_returns:  # earlier checkpoints kept the default policy's too
                 self._policy_returns[pid] = deque(returns, maxlen=self.window)
         torch.set_rng_state(state["rng"]["torch"])
+        for hook in self.hooks:  # e.g. a snapshot policy the checkpoint does not hold
+            restored = getattr(hook, "restored", None)
+            if restored is not None:
+                restored(self, state)
         self.workers.sync_weights(self.timesteps_total)
 
     def stop(self, finished: bool = True) -> None:
