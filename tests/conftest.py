@@ -400,3 +400,38 @@ def assert_same_losses_and_stop(a, b, batch, stages) -> None:
         assert torch.equal(la.total, lb.total), stage.__name__
     a.stop()
     b.stop()
+
+
+def plugin_module(monkeypatch, tmp_path: Path, name: str):
+    """tests/plugins/<name>.py imported with what it registers kept for this test only (and copied to
+    ``tmp_path``, the launch directory, so that a run's Ray workers import it too)."""
+    import importlib
+
+    from rlrun.core.registry import ENVS
+    from rlrun.sources.plugins import load_builtins
+
+    plugins = Path(__file__).parent / "plugins"
+    shutil.copy(plugins / f"{name}.py", tmp_path)
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    monkeypatch.syspath_prepend(str(plugins))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    load_builtins()
+    return importlib.import_module(name)
+
+
+def assert_sequences_replay(policy, batch, max_seq_len: int) -> None:
+    """Replaying each sequence of a recurrent policy's batch (cut at ``max_seq_len``) from its recorded
+    state reproduces the values and action-distribution inputs the policy computed while acting."""
+    import numpy as np
+    import torch
+
+    from rlrun.data.batch import SampleBatch as SB
+    from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
+
+    starts, lens = sequence_starts(batch[SB.EPS_ID], batch[SB.T], max_seq_len)
+    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+    mb = sequence_minibatch(tb, starts, lens, np.arange(len(starts)))
+    with torch.no_grad():
+        out = SequenceView(policy.model, mb)(mb[SB.OBS])
+    torch.testing.assert_close(out.values, mb[SB.VF_PREDS])
+    torch.testing.assert_close(out.dist_inputs, mb[SB.ACTION_DIST_INPUTS])

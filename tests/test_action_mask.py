@@ -19,7 +19,6 @@ from rlrun.algos.algorithm import make_policy
 from rlrun.app.compose import compose
 from rlrun.app.runner import run
 from rlrun.core.errors import PluginError
-from rlrun.core.registry import ENVS
 from rlrun.data.parquet import read_meta
 from rlrun.data.spaces import MaskedBox, same_space, space_from_json, space_to_json
 from rlrun.envs.action_mask import masked_space, pack
@@ -27,9 +26,8 @@ from rlrun.envs.make import make_vector_env
 from rlrun.models.action_mask import FLOAT_MIN, MaskedModel
 from rlrun.models.distributions import Categorical
 from rlrun.policy.policy_map import AlwaysSamePolicy, RandomPolicy
-from rlrun.sources.plugins import load_builtins
 
-from .conftest import REPO, isolated, run_summary
+from .conftest import REPO, isolated, plugin_module, run_summary
 
 PLUGINS = Path(__file__).parent / "plugins"
 N = 6
@@ -43,14 +41,7 @@ def _space(n=N, obs=None, **extra):
 @pytest.fixture
 def masked_envs(monkeypatch, tmp_path):
     """The plugin's envs registered for this test only (and importable in its Ray workers)."""
-    shutil.copy(PLUGINS / "masked_envs.py", tmp_path)
-    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.delitem(sys.modules, "masked_envs", raising=False)
-    load_builtins()
-    import masked_envs
-
-    return masked_envs
+    return plugin_module(monkeypatch, tmp_path, "masked_envs")
 
 
 def _random_masks(rng, rows, n=N):

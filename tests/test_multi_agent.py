@@ -10,12 +10,11 @@ from rlrun.app.runner import run
 from rlrun.config.typed import ConfigError
 from rlrun.core.registry import ENVS
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
-from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
 from rlrun.policy.policy_map import HeuristicPolicy, run_spaces
 from rlrun.training.evaluation import evaluate_run
 from rlrun.training.trainer import Trainer
 
-from .conftest import isolated, run_summary
+from .conftest import assert_sequences_replay, isolated, run_summary
 
 SB = SampleBatch
 
@@ -234,13 +233,7 @@ def test_a_recurrent_policy_carries_each_agents_state_and_starts_each_trajectory
             assert np.all(b[f"state_in_{k}"][first] == 0.0)
             assert np.abs(b[f"state_in_{k}"][~first]).max() > 0
         # replaying each sequence from its recorded state reproduces what the policy computed while acting
-        starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 4)
-        tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in b.items()}
-        mb = sequence_minibatch(tb, starts, lens, np.arange(len(starts)))
-        with torch.no_grad():
-            out = SequenceView(policy.model, mb)(mb[SB.OBS])
-        torch.testing.assert_close(out.values, mb[SB.VF_PREDS])
-        torch.testing.assert_close(out.dist_inputs, mb[SB.ACTION_DIST_INPUTS])
+        assert_sequences_replay(policy, b, 4)
     result = trainer.train()  # and the policy learns on its agents' sequences
     assert np.isfinite(result["train/p/loss/total"])
     trainer.stop()

@@ -6,7 +6,6 @@ tic-tac-toe and connect four end the game on one with a warning in PettingZoo's 
 every in-process test here checks stays empty (``no_illegal_moves``)."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 from pettingzoo.utils.env_logger import EnvLogger
 
 from rlrun.app.compose import compose
@@ -25,13 +23,12 @@ from rlrun.core.registry import ENVS
 from rlrun.data.batch import SampleBatch
 from rlrun.envs.multi_agent import make_multi_agent_env
 from rlrun.envs.turn_based import TurnBasedEnv
-from rlrun.models.sequences import SequenceView, sequence_minibatch, sequence_starts
-from rlrun.sources.plugins import load_builtins
+from rlrun.models.sequences import sequence_starts
 from rlrun.training.evaluation import render_run
 from rlrun.training.export import save_actors
 from rlrun.training.trainer import Trainer
 
-from .conftest import REPO, isolated, run_summary
+from .conftest import REPO, assert_sequences_replay, isolated, plugin_module, run_summary
 
 SB = SampleBatch
 PLUGINS = Path(__file__).parent / "plugins"
@@ -48,14 +45,7 @@ def no_illegal_moves():
 @pytest.fixture
 def turn_envs(monkeypatch, tmp_path):
     """The plugin's game registered for this test only."""
-    shutil.copy(PLUGINS / "turn_envs.py", tmp_path)
-    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.delitem(sys.modules, "turn_envs", raising=False)
-    load_builtins()
-    import turn_envs
-
-    return turn_envs
+    return plugin_module(monkeypatch, tmp_path, "turn_envs")
 
 
 def _trainer(tmp_path, *overrides):
@@ -268,13 +258,7 @@ def test_a_recurrent_policy_s_sequences_are_the_player_s_moves(tmp_path):
     starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 20)
     games = b.split_by_episode()
     assert len(starts) == len(games) and sorted(lens.tolist()) == sorted(len(g) for g in games)
-    starts, lens = sequence_starts(b[SB.EPS_ID], b[SB.T], 2)
-    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in b.items()}
-    mb = sequence_minibatch(tb, starts, lens, np.arange(len(starts)))
-    with torch.no_grad():
-        out = SequenceView(policy.model, mb)(mb[SB.OBS])
-    torch.testing.assert_close(out.values, mb[SB.VF_PREDS])
-    torch.testing.assert_close(out.dist_inputs, mb[SB.ACTION_DIST_INPUTS])
+    assert_sequences_replay(policy, b, 2)
     assert trainer.train()["training_iteration"] == 1
     trainer.stop()
 
