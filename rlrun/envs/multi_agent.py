@@ -100,12 +100,7 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
             if hasattr(module, "parallel_env"):
                 return module.parallel_env(**kwargs)
             if hasattr(module, "env"):
-                from pettingzoo.utils.conversions import aec_to_parallel
-
-                aec = module.env(**kwargs)
-                if not aec.metadata.get("is_parallelizable", False):  # players take turns
-                    return TurnBasedEnv(aec)
-                return aec_to_parallel(aec)
+                return _from_aec(module.env(**kwargs))
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
         raise RegistryError(f"env.id: module '{module_name}' has neither parallel_env() nor env() (PettingZoo's API)")
@@ -114,13 +109,17 @@ def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = Non
         env = entry.obj(**kwargs)
     except TypeError as e:
         raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
-    if not is_turn_based(env):
-        return env
-    if env.metadata.get("is_parallelizable", False):
-        from pettingzoo.utils.conversions import aec_to_parallel
+    return _from_aec(env) if is_turn_based(env) else env
 
-        return aec_to_parallel(env)
-    return TurnBasedEnv(env)
+
+def _from_aec(aec: Any) -> Any:
+    """An AEC env as a Parallel one: PettingZoo's ``aec_to_parallel`` where its players move at once
+    (parallelizable), else turn by turn (``TurnBasedEnv``)."""
+    if not aec.metadata.get("is_parallelizable", False):  # players take turns
+        return TurnBasedEnv(aec)
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    return aec_to_parallel(aec)
 
 
 class MultiCartPole:

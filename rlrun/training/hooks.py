@@ -52,9 +52,8 @@ def callbacks_hook(trainer: Any) -> CallbacksHook | None:
 
 class SnapshotHook:
     """Snapshot policies (``multiagent.policies.<id>.snapshot_of``): each holds its source's weights as
-    they were at the start and after every ``snapshot_interval``-th iteration, acts at the run's step
-    count (exploration schedules), and is never trained (self-play against a past self). The workers
-    get the new weights at once."""
+    they were at the start and after every ``snapshot_interval``-th iteration, and is never trained
+    (self-play against a past self). The workers get the new weights at once."""
 
     def __init__(self, trainer: Any, sources: dict[str, tuple[str, int]]) -> None:
         self.sources = sources
@@ -73,11 +72,11 @@ class SnapshotHook:
                 self._copy(trainer, pid)
 
     def after_iteration(self, trainer: Any, result: dict[str, float]) -> None:
-        for pid, (_, every) in self.sources.items():
-            trainer.policies[pid].global_timestep = trainer.timesteps_total
-            if trainer.iteration % every == 0:
-                self._copy(trainer, pid)
-        trainer.workers.sync_weights(trainer.timesteps_total)
+        due = [pid for pid, (_, every) in self.sources.items() if trainer.iteration % every == 0]
+        for pid in due:
+            self._copy(trainer, pid)
+        if due:
+            trainer.workers.sync_weights(trainer.timesteps_total)
 
     def close(self) -> None:
         pass

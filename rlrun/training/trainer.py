@@ -96,9 +96,10 @@ class Trainer:
         ctx = LearnContext(self.timesteps_total, self.iteration)
         stats: dict[str, float] = {}
         by_policy = batch.as_multi_agent().policy_batches
+        for policy in self.policies.values():  # every policy acts at the run's step count (exploration
+            policy.global_timestep = self.timesteps_total  # schedules), trained or not, as Ray workers set it
         for pid in self.policies_to_train:
             policy = self.policies[pid]
-            policy.global_timestep = self.timesteps_total
             if pid in by_policy and len(by_policy[pid]):
                 got = self.algorithm.learn(policy, by_policy[pid], ctx)
                 stats.update({per_policy(k, pid) if k.startswith("train/") else k: v for k, v in got.items()})
