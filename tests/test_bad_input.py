@@ -143,6 +143,9 @@ CASES: dict[str, Case] = {
     "snapshot of an unknown policy": c("+experiment=ppo_tictactoe", "+multiagent.policies.past={snapshot_of: lerned}",
                                        expect=["multiagent.policies.past.snapshot_of: unknown policy 'lerned' "
                                                "(did you mean 'learned'?)"]),
+    "seats shuffled in a one-agent env": c(PPO, "env.shuffle_seats=true",
+                                           expect=["env.shuffle_seats: true needs a multi-agent env",
+                                                   "env.id CartPole-v1 has one agent"]),
     "policy model huge": c("+experiment=ppo_multi_cartpole", "+multiagent.policies.p0.model={hiddens:[2000000000]}",
                            expect=["multiagent.policies.p0.model.hiddens: [2000000000]", "GiB"]),
     "workers past the cpus": c(PPO, "rollout=ray", "rollout.num_workers=1000", "rollout.ray.num_cpus=2",

@@ -32,7 +32,11 @@ PRESETS = {  # preset -> (extra overrides, what the issue asks for)
     "ppo_rps": ([], "learned >= 13.5 within 50k env steps"),
     "ppo_simple_spread": ([], "summed return >= -59 within 1M env steps"),
     "ppo_tictactoe": ([], "learned (moving first) >= 0.9 against random within 100k env steps"),
+    "ppo_tictactoe@seats": (["env.shuffle_seats=true",
+                             "++stop={rollout/learned/episode_return_mean: 0.8, timesteps_total: 300000}"],
+                            "learned, seats shuffled each game, >= 0.8 against random within 300k env steps"),
 }
+GREEDY = ("ppo_tictactoe",)  # presets whose checkpoint rlrun-eval then plays 200 greedy games of
 POLICY_LINE = re.compile(r"^    (\S+): final ([-\d.]+), best ([-\d.]+)$", re.M)
 
 
@@ -41,10 +45,16 @@ def one_run(preset: str, seed: int) -> dict[str, object]:
     extra = PRESETS[preset][0]
     with tempfile.TemporaryDirectory(prefix="rlrun-ma-") as d:
         t0 = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
         p = subprocess.run([sys.executable, "-m", "rlrun", f"+experiment={name}", f"seed={seed}", "tracking=none",
-                            *extra], cwd=d, capture_output=True, text=True, timeout=7200,
-                           env={**os.environ, "PYTHONPATH": str(REPO)})
+                            "output_dir=run", *extra], cwd=d, capture_output=True, text=True, timeout=7200, env=env)
         wall = time.perf_counter() - t0
+        greedy = ""
+        if p.returncode == 0 and name in GREEDY:  # each policy's greedy mean (and each seat's, seats shuffled)
+            ev = subprocess.run([sys.executable, "-m", "rlrun.app.eval_cli", "checkpoint=run", "episodes=200"], cwd=d,
+                                capture_output=True, text=True, timeout=1800, env=env)
+            greedy = "; ".join(ln[len("rlrun-eval: "):] for ln in ev.stdout.splitlines()
+                               if ln.startswith(("rlrun-eval: policies:", "rlrun-eval: seats:")))
     if p.returncode != 0:
         return {"preset": preset, "seed": seed, "status": f"exit {p.returncode}: {p.stderr.strip()[-300:]}"}
     stopped = re.search(r"^rlrun: stopped: (.*)$", p.stdout, re.M)[1]
@@ -53,7 +63,7 @@ def one_run(preset: str, seed: int) -> dict[str, object]:
     policies = {m[1]: float(m[2]) for m in POLICY_LINE.finditer(p.stdout)}
     return {"preset": preset, "seed": seed, "status": "target met" if "(target met)" in stopped else stopped,
             "env_steps": steps, "wall_s": round(wall, 1), "final_return": final,
-            "policy_returns": " ".join(f"{k}={v:g}" for k, v in policies.items())}
+            "policy_returns": " ".join(f"{k}={v:g}" for k, v in policies.items()), "greedy_200": greedy}
 
 
 def simple_spread_references(episodes: int = 200) -> dict[str, float]:
@@ -116,21 +126,21 @@ def main() -> None:
             print(row, flush=True)
             rows.append(row)
     refs = simple_spread_references() if "ppo_simple_spread" in args.presets else {}
-    if "ppo_tictactoe" in args.presets:
+    if any(p.startswith("ppo_tictactoe") for p in args.presets):
         refs["tic-tac-toe: random against random, the first player's"] = tictactoe_reference()
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    keys = ["preset", "seed", "status", "env_steps", "wall_s", "final_return", "policy_returns"]
+    keys = ["preset", "seed", "status", "env_steps", "wall_s", "final_return", "policy_returns", "greedy_200"]
     with open(out / f"{args.name}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    lines = ["| preset | goal | seed | status | env steps | wall s | final return (all agents) | per policy |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| preset | goal | seed | status | env steps | wall s | final return (all agents) | per policy | "
+             "greedy, 200 games (rlrun-eval) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['preset']} | {PRESETS[r['preset']][1]} | {r['seed']} | {r['status']} | "
                      f"{r.get('env_steps', '-'):,} | {r.get('wall_s', '-')} | {r.get('final_return', '-')} | "
-                     f"{r.get('policy_returns', '')} |")
+                     f"{r.get('policy_returns', '')} | {r.get('greedy_200', '')} |")
     lines.append("")
     for preset in args.presets:
         done = [r for r in rows if r["preset"] == preset and "env_steps" in r]

@@ -211,6 +211,9 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         if res.policy_returns:  # named policies (a zero-sum game sums to 0): each one's agents' mean return
             print("rlrun-eval: policies: " + ", ".join(f"{pid} {float(np.mean(r)):.2f}"
                                                        for pid, r in res.policy_returns.items()), flush=True)
+        for pid, seats in (res.seat_returns or {}).items():  # env.shuffle_seats: each seat's mean, episodes
+            print(f"rlrun-eval: seats: {pid} " + ", ".join(f"as {seat} {float(np.mean(r)):.2f} ({len(r)})"
+                                                         for seat, r in seats.items()), flush=True)
         run_id = _logged_run(info, path, uri) if args.log and cfg.tracking.backend == "mlflow" else None
         out = Path(args.out) if args.out else (Path(tmp) / "out" if run_id else
                                                launch_dir / "rlrun-eval" / path.name)

@@ -64,6 +64,9 @@ class EnvConfig:
     vectorize: Literal["auto", "vector_entry_point", "sync", "envpool"] = "auto"
     # gymnasium wrappers, applied in order: a name or {name: <wrapper>, <argument>: <value>} (rlrun/envs/wrappers.py)
     wrappers: list[Any] = field(default_factory=list)
+    # a multi-agent env whose seats are alike (board games): each episode its agents take the seats in a new
+    # random order, so a policy mapped to player_1 learns every seat (rlrun/envs/seats.py)
+    shuffle_seats: bool = False
     # declared spaces ({type: Box, shape: [4]}, {type: Discrete, n: 2}; rlrun/data/spaces.py): both or
     # neither; required with id: null, checked against the env otherwise
     observation_space: dict[str, Any] | None = None

@@ -35,6 +35,7 @@ from rlrun.envs.multi_agent import (
     make_multi_agent_env,
     make_vector_multi_agent_env,
 )
+from rlrun.envs.seats import SeatShuffle
 from rlrun.envs.wrappers import parse_wrappers, wrap_env
 
 AGENT = "agent_0"  # the one agent of a single-agent env
@@ -103,7 +104,7 @@ class OneAgentEnv:
 def env_copies(env: Any, num_envs: int) -> Any:
     """``num_envs`` copies of the configured env (an ``EnvConfig``) behind the multi-agent vector interface."""
     if is_multi_agent_env(env.id):
-        return make_vector_multi_agent_env(env.id, num_envs, env.kwargs, env.vectorize)
+        return make_vector_multi_agent_env(env.id, num_envs, env.kwargs, env.vectorize, env.shuffle_seats)
     return OneAgentEnv(env_from_config(env, num_envs))
 
 
@@ -117,7 +118,8 @@ def render_copy(env: Any) -> Any:
     gymnasium id, a plain rlrun env entry, or a multi-agent env that takes ``render_mode``; with the
     run's ``env.wrappers``."""
     if is_multi_agent_env(env.id):
-        return ParallelEnvs([make_multi_agent_env(env.id, {**env.kwargs, "render_mode": "rgb_array"})])
+        kwargs = {**env.kwargs, "render_mode": "rgb_array"}
+        return ParallelEnvs([make_multi_agent_env(env.id, kwargs, env.shuffle_seats)])
     if env.id in ENVS:
         entry = ENVS.entry(env.id)
         if entry.info.get("vector", True):
@@ -158,7 +160,7 @@ def _legal(adapter: ObsAdapter, obs: Any) -> np.ndarray | None:
 
 def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Space]]:
     try:
-        one = make_multi_agent_env(env.id, env.kwargs)
+        one = make_multi_agent_env(env.id, env.kwargs)  # its own API first; SeatShuffle checks its seats
     except (RegistryError, ConfigError):
         raise
     except Exception as e:
@@ -173,6 +175,8 @@ def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Sp
         if len(out) != 5 or not all(isinstance(d, dict) for d in out):
             raise PluginError(f"env.id: {env.id}.step() must return 5 dicts keyed by agent id "
                               "(obs, rewards, terminateds, truncateds, infos)")
+        if env.shuffle_seats:
+            SeatShuffle(one, env.id)
         return {a: (ad.space, one.action_space(a)) for a, ad in adapters.items()}
     finally:
         one.close()

@@ -87,6 +87,7 @@ def env_spaces(env: Any) -> tuple[gym.Space, gym.Space]:
 def check_env_config(cfg: Any) -> None:
     """Declared spaces parse, come in pairs, and a run without an env (``env.id: null``) asks nothing
     of one: no sampling, no online evaluation, no multi-agent env. Raises ``ConfigError``."""
+    from rlrun.config.multi_agent import is_multi_agent_env
     from rlrun.config.offline import SAMPLER, parse_input
     from rlrun.config.typed import ConfigError
     from rlrun.data.spaces import space_from_config
@@ -105,6 +106,9 @@ def check_env_config(cfg: Any) -> None:
     if (e.observation_space is None) != (e.action_space is None):
         missing = "env.action_space" if e.action_space is None else "env.observation_space"
         raise ConfigError(f"{missing}: missing; declare both spaces or neither")
+    if e.shuffle_seats and not is_multi_agent_env(e.id):
+        raise ConfigError(f"env.shuffle_seats: true needs a multi-agent env whose agents swap seats; env.id "
+                          f"{e.id} has one agent")
     if e.id is not None:
         return
     sampled = any(s == SAMPLER for s, _ in parse_input(cfg.input)) and cfg.rollout.server is None

@@ -47,6 +47,7 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS, RegistryError
 from rlrun.envs.action_mask import masked_space, pack
+from rlrun.envs.seats import SeatShuffle
 from rlrun.envs.turn_based import TurnBasedEnv, is_turn_based
 
 
@@ -83,8 +84,15 @@ class ObsAdapter:
         return np.asarray(obs, dtype=np.float32)
 
 
-def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = None) -> Any:
-    """One multi-agent env (Parallel API) from a registered name or a ``pettingzoo:<module>`` id."""
+def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = None, shuffle_seats: bool = False
+                         ) -> Any:
+    """One multi-agent env (Parallel API) from a registered name or a ``pettingzoo:<module>`` id;
+    ``shuffle_seats``: its agents change seats every episode (``rlrun/envs/seats.py``)."""
+    env = _make_multi_agent_env(env_id, kwargs)
+    return SeatShuffle(env, str(env_id)) if shuffle_seats else env
+
+
+def _make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None) -> Any:
     if env_id is None:
         raise ConfigError("multiagent: a multi-agent run needs its env (env.id is null)")
     kwargs = dict(kwargs or {})
@@ -193,17 +201,17 @@ class Games(NamedTuple):
 
 
 def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[str, Any] | None = None,
-                                vectorize: str = "auto") -> Any:
+                                vectorize: str = "auto", shuffle_seats: bool = False) -> Any:
     if env_id is None:
         return make_multi_agent_env(env_id)  # refuses it
     kwargs = dict(kwargs or {})
     vector = ENVS.entry(env_id).info.get("vector") if env_id in ENVS else None
-    if vector is not None and vectorize != "sync":
+    if vector is not None and vectorize != "sync" and not shuffle_seats:  # seats shuffle in ParallelEnvs' copies
         try:
             return vector(num_envs, **kwargs)
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
-    return ParallelEnvs([make_multi_agent_env(env_id, kwargs) for _ in range(num_envs)])
+    return ParallelEnvs([make_multi_agent_env(env_id, kwargs, shuffle_seats) for _ in range(num_envs)])
 
 
 class ParallelEnvs:
@@ -271,6 +279,12 @@ class ParallelEnvs:
         self._pending = end.copy()
         return VectorStep({a: o.copy() for a, o in self._obs.items()}, rew, term, trunc,
                           {a: m.copy() for a, m in self._acting.items()}, stepped, end)
+
+    def seats(self, c: int) -> dict[str, str] | None:
+        """Copy ``c``'s seats in its current (or just ended) episode, agent -> the env's agent it plays, where its
+        seats are shuffled (``env.shuffle_seats``), else None."""
+        env = self.envs[c]
+        return env.seat_of if isinstance(env, SeatShuffle) else None
 
     def render(self) -> Any:
         """The first copy's frame (an env made with ``render_mode='rgb_array'``)."""

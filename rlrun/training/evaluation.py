@@ -32,12 +32,17 @@ class EvalResult(NamedTuple):
     returns: list[float]  # per episode (multi-agent: summed over its agents)
     lengths: list[int]
     policy_returns: dict[str, list[float]] | None = None  # named policies: policy id -> its agents' returns
+    # env.shuffle_seats: policy id -> seat (the env's agent its agents played) -> their returns there
+    seat_returns: dict[str, dict[str, list[float]]] | None = None
 
     def metrics(self) -> dict[str, float]:
         out = {**mean_min_max("eval/episode_return", self.returns),
                "eval/episode_len_mean": float(np.mean(self.lengths)), "eval/num_episodes": float(len(self.returns))}
         for pid, returns in (self.policy_returns or {}).items():
             out[f"eval/{pid}/episode_return_mean"] = float(np.mean(returns))
+        for pid, seats in (self.seat_returns or {}).items():
+            for seat, returns in seats.items():
+                out[f"eval/{pid}/seat/{seat}/episode_return_mean"] = float(np.mean(returns))
         return out
 
 
@@ -62,6 +67,8 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
     returns: list[float] = []
     lengths: list[int] = []
     per_policy: dict[str, list[float]] = {pid: [] for pid in spaces}
+    per_seat: dict[str, dict[str, list[float]]] = {}
+    seats_of = getattr(env, "seats", None)  # ParallelEnvs: a copy's seats this episode (env.shuffle_seats)
     obs, acting = env.reset(seed=seed)
     for g in slots:
         g.see(obs, acting)
@@ -96,12 +103,17 @@ def play(policies: Mapping[str, Any], mapping: Mapping[str, str], spaces: Mappin
             returns.append(float(rets[c]))
             lengths.append(int(lens[c]))
             done[c] += 1
+            seats = seats_of(c) if seats_of is not None else None
             for k in np.flatnonzero(took_part[:, c]):
                 per_policy[mapping[names[k]]].append(float(agent_ret[k, c]))
+                if seats is not None:
+                    per_seat.setdefault(mapping[names[k]], {}).setdefault(seats[names[k]], []).append(
+                        float(agent_ret[k, c]))
         ret[ended], length[ended], agent_ret[:, ended], took_part[:, ended] = 0.0, 0, 0.0, False
         pending = st.episode_end
     named = {pid: r for pid, r in per_policy.items() if r and pid != DEFAULT_POLICY_ID}  # default: the run's own
-    return EvalResult(returns, lengths, named or None)
+    return EvalResult(returns, lengths, named or None, {pid: dict(sorted(by.items())) for pid, by in per_seat.items()
+                                                        if pid in named} or None)
 
 
 def evaluate(policy: Policy, env_cfg: EnvConfig, num_episodes: int, num_envs: int, seed: int,
