@@ -203,17 +203,7 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         else:
             res = evaluate_run(policies, cfg, args.episodes, args.num_envs, args.seed, explore=args.explore)
         info = {**about, "checkpoint": str(path), **res.metrics(), "returns": res.returns}
-        kind = "sampled-action" if args.explore else "greedy"
-        print(f"rlrun-eval: {cfg.env.id}, {cfg.algo.name} checkpoint {path.name} "
-              f"({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "
-              f"mean {info['eval/episode_return_mean']:.2f}, min {info['eval/episode_return_min']:.2f}, "
-              f"max {info['eval/episode_return_max']:.2f}", flush=True)
-        if res.policy_returns:  # named policies (a zero-sum game sums to 0): each one's agents' mean return
-            print("rlrun-eval: policies: " + ", ".join(f"{pid} {float(np.mean(r)):.2f}"
-                                                       for pid, r in res.policy_returns.items()), flush=True)
-        for pid, seats in (res.seat_returns or {}).items():  # env.shuffle_seats: each seat's mean, episodes
-            print(f"rlrun-eval: seats: {pid} " + ", ".join(f"as {seat} {float(np.mean(r)):.2f} ({len(r)})"
-                                                         for seat, r in seats.items()), flush=True)
+        _print_result(f"{cfg.env.id}, {cfg.algo.name} checkpoint {path.name}", info, res, args.explore)
         run_id = _logged_run(info, path, uri) if args.log and cfg.tracking.backend == "mlflow" else None
         out = Path(args.out) if args.out else (Path(tmp) / "out" if run_id else
                                                launch_dir / "rlrun-eval" / path.name)
@@ -240,6 +230,19 @@ def evaluate_checkpoint(args: EvalArgs, launch_dir: Path) -> dict[str, Any]:
         else:
             print(f"rlrun-eval: wrote {out}", flush=True)
     return info
+
+
+def _print_result(what: str, info: dict[str, Any], res: Any, explore: bool) -> None:
+    kind = "sampled-action" if explore else "greedy"
+    print(f"rlrun-eval: {what} ({info['timesteps_total']} env steps): {kind} return over {len(res.returns)} episodes: "
+          f"mean {info['eval/episode_return_mean']:.2f}, min {info['eval/episode_return_min']:.2f}, "
+          f"max {info['eval/episode_return_max']:.2f}", flush=True)
+    if res.policy_returns:  # named policies (a zero-sum game sums to 0): each one's agents' mean return
+        print("rlrun-eval: policies: " + ", ".join(f"{pid} {float(np.mean(r)):.2f}"
+                                                   for pid, r in res.policy_returns.items()), flush=True)
+    for pid, seats in (res.seat_returns or {}).items():  # env.shuffle_seats: each seat's mean (games)
+        print(f"rlrun-eval: seats: {pid} " + ", ".join(f"as {seat} {float(np.mean(r)):.2f} ({len(r)})"
+                                                     for seat, r in seats.items()), flush=True)
 
 
 def _record(args: EvalArgs, policies: dict[str, Any], cfg: Any) -> Any:
