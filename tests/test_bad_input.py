@@ -146,6 +146,10 @@ CASES: dict[str, Case] = {
     "seats shuffled in a one-agent env": c(PPO, "env.shuffle_seats=true",
                                            expect=["env.shuffle_seats: true needs a multi-agent env",
                                                    "env.id CartPole-v1 has one agent"]),
+    "stop on a seat the env lacks": c("+experiment=ppo_tictactoe", "env.shuffle_seats=true",
+                                      "++stop={eval/learned/seat/player_3/episode_return_mean: 0.5}",
+                                      expect=["stop.eval/learned/seat/player_3/episode_return_mean: seat 'player_3' is "
+                                              "not one of", "agents (player_1, player_2)"]),
     "policy model huge": c("+experiment=ppo_multi_cartpole", "+multiagent.policies.p0.model={hiddens:[2000000000]}",
                            expect=["multiagent.policies.p0.model.hiddens: [2000000000]", "GiB"]),
     "workers past the cpus": c(PPO, "rollout=ray", "rollout.num_workers=1000", "rollout.ray.num_cpus=2",

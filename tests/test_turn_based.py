@@ -23,13 +23,15 @@ from rlrun.config.typed import ConfigError
 from rlrun.core.errors import PluginError
 from rlrun.core.registry import ENVS
 from rlrun.data.batch import SampleBatch
-from rlrun.envs.multi_agent import make_multi_agent_env
+from rlrun.envs.multi_agent import ParallelEnvs, make_multi_agent_env
 from rlrun.envs.seats import SeatShuffle
 from rlrun.envs.turn_based import TurnBasedEnv
 from rlrun.models.sequences import sequence_starts
-from rlrun.training.evaluation import render_run
+from rlrun.policy.policy_map import AlwaysSamePolicy, run_spaces
+from rlrun.training.evaluation import play, render_run
 from rlrun.training.export import save_actors
 from rlrun.training.trainer import Trainer
+from rlrun.training.validate import check_config
 
 from .conftest import REPO, assert_sequences_replay, isolated, plugin_module, run_summary
 
@@ -317,7 +319,7 @@ def test_shuffled_seats_put_each_agent_in_every_seat_in_a_seeded_order():
     for ep in range(6):
         obs, infos = env.reset(seed=ep)
         first = env.agents[0]  # the agent in seat player_1, which moves first
-        assert env.seat_of[first] == "player_1" and infos[first]["seat"] == "player_1" and list(obs) == [first]
+        assert env.seat_of[first] == "player_1" and list(obs) == [first] and set(infos) == {first}
         other = next(a for a in env.possible_agents if a != first)
         for cell in (0, 3, 1, 4):  # the first mover takes the first column (cells 0, 1, 2), the other 3, 4
             mover = env.agents[0]
@@ -326,7 +328,7 @@ def test_shuffled_seats_put_each_agent_in_every_seat_in_a_seeded_order():
             assert waiting != mover and obs[waiting]["observation"][..., 1].ravel()[cell] == 1  # its mark
         _, rew, term, _, infos = env.step({first: 2})
         assert rew == {first: 1.0, other: -1.0} and term == {first: True, other: True} and env.agents == []
-        assert {a: i["seat"] for a, i in infos.items()} == {first: "player_1", other: "player_2"}
+        assert env.seat_of == {first: "player_1", other: "player_2"} and set(infos) <= {first, other}
     env.close()
 
 
@@ -360,6 +362,83 @@ def test_evaluation_with_shuffled_seats_reports_each_policy_in_each_seat(tmp_pat
     # over both seats the policy's mean lies between its two seats' means
     lo, hi = sorted(seats["learned"].values())
     assert lo - 1e-9 <= m["eval/learned/episode_return_mean"] <= hi + 1e-9
+
+
+class Seats3:
+    """A Parallel env of three seats and one-step episodes: seat i's observation and reward are i."""
+
+    possible_agents = ["seat_1", "seat_2", "seat_3"]
+    metadata: dict = {}
+
+    def __init__(self):
+        self.agents = []
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0.0, 3.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def _obs(self):
+        return {a: np.array([i + 1], np.float32) for i, a in enumerate(self.possible_agents)}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert set(actions) == set(self.agents)
+        self.agents = []
+        rewards = {a: float(i + 1) for i, a in enumerate(self.possible_agents)}
+        return self._obs(), rewards, dict.fromkeys(rewards, True), dict.fromkeys(rewards, False), {}
+
+    def close(self):
+        pass
+
+
+def test_three_seats_renamed_shuffled_and_in_rotation():
+    env = SeatShuffle(Seats3())
+    orders = set()
+    for ep in range(60):
+        obs, _ = env.reset(seed=3 if ep == 0 else None)
+        number = {a: int(env.seat_of[a][-1]) for a in env.possible_agents}  # the seat each agent plays
+        assert sorted(env.agents) == env.possible_agents and {a: o[0] for a, o in obs.items()} == number
+        _, rewards, terms, *_ = env.step({a: 0 for a in env.agents})
+        assert rewards == {a: float(n) for a, n in number.items()} and all(terms.values()) and not env.agents
+        orders.add(tuple(number.values()))
+    assert len(orders) == 6  # every permutation of three seats
+    rotating = SeatShuffle(Seats3(), rotate_from=1)
+    for _ in range(2):  # a seeded reset starts the rotation again
+        seen = []
+        for ep in range(4):
+            rotating.reset(seed=0 if ep == 0 else None)
+            seen.append(rotating.seat_of["seat_1"])
+        assert seen == ["seat_2", "seat_3", "seat_1", "seat_2"]
+
+
+def test_evaluation_labels_each_game_with_the_seats_it_was_played_in():
+    """Seats in rotation (copy c from shift c): 30 games on 3 copies put ``p`` (agent seat_1) in each seat
+    10 times, and each game's return is labelled with the seat it was played in, not the next game's."""
+    env = ParallelEnvs([SeatShuffle(Seats3(), rotate_from=c) for c in range(3)])
+    space = (env.observation_space("seat_1"), env.action_space("seat_1"))
+    policies = {pid: AlwaysSamePolicy(pid, *space) for pid in ("p", "q")}
+    mapping = {"seat_1": "p", "seat_2": "q", "seat_3": "q"}
+    res = play(policies, mapping, {"p": space, "q": space}, env, 30, seed=0)
+    assert res.seat_returns["p"] == {f"seat_{i}": [float(i)] * 10 for i in (1, 2, 3)}
+    assert res.seat_returns["q"] == {f"seat_{i}": [float(i)] * 20 for i in (1, 2, 3)}
+    assert res.metrics()["eval/p/seat/seat_3/episode_return_mean"] == 3.0
+
+
+def test_a_stop_key_may_name_a_seat_of_the_env_when_seats_are_shuffled():
+    key = "eval/learned/seat/player_2/episode_return_mean"
+    cfg = check_config(compose(["+experiment=ppo_tictactoe", "env.shuffle_seats=true", f"++stop={{{key}: 0.5}}"]))
+    assert run_spaces(cfg, probe=True)
+    unknown = r"seat 'player_3' is not one of .*tictactoe_v3's agents \(player_1, player_2\)"
+    with pytest.raises(ConfigError, match=unknown):
+        run_spaces(check_config(compose(["+experiment=ppo_tictactoe", "env.shuffle_seats=true",
+                                         f"++stop={{{key.replace('2', '3')}: 0.5}}"])), probe=True)
+    with pytest.raises(ConfigError, match="is not a metric rlrun reports"):  # no seats without shuffling
+        check_config(compose(["+experiment=ppo_tictactoe", f"++stop={{{key}: 0.5}}"]))
 
 
 def test_seats_that_differ_are_not_shuffled():

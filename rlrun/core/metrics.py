@@ -65,6 +65,14 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     return sorted(set(names))
 
 
+def seat_metric(key: str) -> tuple[str, str] | None:
+    """``eval/<policy>/seat/<seat>/episode_return_mean`` (evaluation with ``env.shuffle_seats``) -> (policy, seat)."""
+    parts = key.split("/")
+    if len(parts) == 5 and parts[0] == "eval" and parts[2] == "seat" and parts[4] == "episode_return_mean":
+        return parts[1], parts[3]
+    return None
+
+
 def per_policy(name: str, policy_id: str) -> str:
     """``train/loss/total`` -> ``train/<policy_id>/loss/total`` (a learner metric of one policy). The
     default policy (a single-agent run's only one) has the plain names."""

@@ -101,10 +101,12 @@ class OneAgentEnv:
         self.vector_env.close()
 
 
-def env_copies(env: Any, num_envs: int) -> Any:
-    """``num_envs`` copies of the configured env (an ``EnvConfig``) behind the multi-agent vector interface."""
+def env_copies(env: Any, num_envs: int, rotate_seats: bool = False) -> Any:
+    """``num_envs`` copies of the configured env (an ``EnvConfig``) behind the multi-agent vector interface
+    (``rotate_seats``: with ``env.shuffle_seats``, the seats in rotation, as evaluation plays them)."""
     if is_multi_agent_env(env.id):
-        return make_vector_multi_agent_env(env.id, num_envs, env.kwargs, env.vectorize, env.shuffle_seats)
+        return make_vector_multi_agent_env(env.id, num_envs, env.kwargs, env.vectorize, env.shuffle_seats,
+                                           rotate_seats)
     return OneAgentEnv(env_from_config(env, num_envs))
 
 

@@ -84,12 +84,13 @@ class ObsAdapter:
         return np.asarray(obs, dtype=np.float32)
 
 
-def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = None, shuffle_seats: bool = False
-                         ) -> Any:
+def make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None = None, shuffle_seats: bool = False,
+                         rotate_from: int | None = None) -> Any:
     """One multi-agent env (Parallel API) from a registered name or a ``pettingzoo:<module>`` id;
-    ``shuffle_seats``: its agents change seats every episode (``rlrun/envs/seats.py``)."""
+    ``shuffle_seats``: its agents change seats every episode (``rlrun/envs/seats.py``; ``rotate_from``:
+    in rotation, as evaluation copies do, not at random)."""
     env = _make_multi_agent_env(env_id, kwargs)
-    return SeatShuffle(env, str(env_id)) if shuffle_seats else env
+    return SeatShuffle(env, str(env_id), rotate_from) if shuffle_seats else env
 
 
 def _make_multi_agent_env(env_id: str | None, kwargs: dict[str, Any] | None) -> Any:
@@ -201,7 +202,9 @@ class Games(NamedTuple):
 
 
 def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[str, Any] | None = None,
-                                vectorize: str = "auto", shuffle_seats: bool = False) -> Any:
+                                vectorize: str = "auto", shuffle_seats: bool = False, rotate: bool = False) -> Any:
+    """``num_envs`` copies as one vector env; ``shuffle_seats`` (``rotate``: the seats in rotation, copy c
+    from shift c) makes them ``ParallelEnvs`` of ``SeatShuffle`` copies, even for an env with a vector form."""
     if env_id is None:
         return make_multi_agent_env(env_id)  # refuses it
     kwargs = dict(kwargs or {})
@@ -211,7 +214,8 @@ def make_vector_multi_agent_env(env_id: str | None, num_envs: int, kwargs: dict[
             return vector(num_envs, **kwargs)
         except TypeError as e:
             raise RegistryError(f"env.kwargs: {env_id} rejected {kwargs}: {e}") from None
-    return ParallelEnvs([make_multi_agent_env(env_id, kwargs, shuffle_seats) for _ in range(num_envs)])
+    return ParallelEnvs([make_multi_agent_env(env_id, kwargs, shuffle_seats, c if rotate else None)
+                         for c in range(num_envs)])
 
 
 class ParallelEnvs:

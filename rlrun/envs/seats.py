@@ -6,8 +6,10 @@ only the first mover's (RLlib's ``policy_mapping_fn(agent_id, episode)`` alterna
 env's names (the names ``multiagent.policy_mapping`` maps); at each reset it draws a permutation of the
 seats from its own generator (seeded by the reset's seed, then drawing on), and agent ``possible_agents[i]``
 plays seat ``possible_agents[perm[i]]`` for that episode: its actions go to that seat, and that seat's
-observations, rewards, flags and infos come back under its name (the infos gain ``seat``). Every seat must
-have the same spaces, checked when it is built.
+observations, rewards, flags and infos come back under its name. Every seat must have the same spaces,
+checked when it is built. Evaluation copies rotate instead (``rotate_from``): copy c's k-th episode since its
+last seeded reset shifts the agents ``c + k`` seats along, so every agent plays every seat equally often and
+repeated evaluations play the same seats.
 """
 
 from __future__ import annotations
@@ -19,16 +21,21 @@ import numpy as np
 
 from rlrun.config.typed import ConfigError
 
+SEAT_STREAM = 0x5EA75  # mixed into the reset's seed for the seats' generator
+
 
 class SeatShuffle:
     """A Parallel-API multi-agent env whose agents change seats at every reset (the module docstring)."""
 
-    def __init__(self, env: Any, name: str = "env") -> None:
+    def __init__(self, env: Any, name: str = "env", rotate_from: int | None = None) -> None:
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.metadata = getattr(env, "metadata", {})
         self.render_mode = getattr(env, "render_mode", None)
         self.turn_based = bool(getattr(env, "turn_based", False))
+        if len(self.possible_agents) < 2:
+            raise ConfigError(f"env.shuffle_seats: {name} has {len(self.possible_agents)} agent(s) "
+                              f"({', '.join(self.possible_agents) or 'none'}): there are no seats to swap")
         first = self.possible_agents[0]
         obs_space, act_space = env.observation_space(first), env.action_space(first)
         for a in self.possible_agents[1:]:
@@ -36,9 +43,8 @@ class SeatShuffle:
                 raise ConfigError(
                     f"env.shuffle_seats: {name}'s seats '{first}' and '{a}' differ ({obs_space}, {act_space} vs "
                     f"{env.observation_space(a)}, {env.action_space(a)}); agents can only swap seats that are alike")
-        if len(self.possible_agents) < 2:
-            raise ConfigError(f"env.shuffle_seats: {name} has one agent ({first}): there are no seats to swap")
         self._rng = np.random.default_rng()
+        self._rotate_from, self._episode = rotate_from, 0
         self.seat_of = {a: a for a in self.possible_agents}  # agent -> the seat it plays this episode
         self._agent_at = dict(self.seat_of)  # seat -> agent
 
@@ -60,20 +66,23 @@ class SeatShuffle:
         return {self._agent_at[s]: v for s, v in by_seat.items()}
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        seats = [self.possible_agents[i] for i in self._rng.permutation(len(self.possible_agents))]
+        n = len(self.possible_agents)
+        if seed is not None:  # a stream of its own: not the one the env's np_random(seed) draws from
+            self._rng, self._episode = np.random.default_rng([seed, SEAT_STREAM]), 0
+        if self._rotate_from is None:
+            order = self._rng.permutation(n)
+        else:
+            order = (np.arange(n) + self._rotate_from + self._episode) % n
+            self._episode += 1
+        seats = [self.possible_agents[i] for i in order]
         self.seat_of = dict(zip(self.possible_agents, seats, strict=True))
         self._agent_at = {s: a for a, s in self.seat_of.items()}
         obs, infos = self.env.reset(seed=seed, options=options)
-        return self._named(obs), self._infos(infos)
+        return self._named(obs), self._named(infos)
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         obs, rewards, terms, truncs, infos = self.env.step({self.seat_of[a]: act for a, act in actions.items()})
-        return self._named(obs), self._named(rewards), self._named(terms), self._named(truncs), self._infos(infos)
-
-    def _infos(self, infos: dict[str, Any]) -> dict[str, Any]:
-        return {self._agent_at[s]: {**dict(info or {}), "seat": s} for s, info in infos.items()}
+        return self._named(obs), self._named(rewards), self._named(terms), self._named(truncs), self._named(infos)
 
     def render(self) -> Any:
         return self.env.render()

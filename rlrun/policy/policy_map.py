@@ -15,7 +15,8 @@ import numpy as np
 from rlrun.config.multi_agent import policy_configs, snapshots
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
-from rlrun.core.errors import PluginError
+from rlrun.core.errors import PluginError, suggest
+from rlrun.core.metrics import seat_metric
 from rlrun.core.registry import HEURISTICS, POLICY_MAPPINGS
 from rlrun.data.spaces import MaskedBox
 from rlrun.envs.action_mask import random_legal_actions
@@ -154,11 +155,22 @@ def map_agents(cfg: RunConfig, spaces_of: Mapping[str, tuple[gym.Space, gym.Spac
     if unused:
         raise ConfigError(f"multiagent.policies: no agent of {cfg.env.id} is mapped to {', '.join(unused)} "
                           f"(agents: {', '.join(spaces_of)})")
+    _check_seat_keys(cfg, list(spaces_of))
     for pid, (src, _) in snapshots(cfg).items():  # its source's weights must fit its agents
         if spaces[pid][0] != spaces[src][0] or spaces[pid][1] != spaces[src][1]:
             raise ConfigError(f"multiagent.policies.{pid}.snapshot_of: its agents' spaces ({spaces[pid][0]}, "
                               f"{spaces[pid][1]}) differ from '{src}''s ({spaces[src][0]}, {spaces[src][1]})")
     return mapping, spaces
+
+
+def _check_seat_keys(cfg: RunConfig, agents: list[str]) -> None:
+    """A ``stop`` key or the ``objective`` that names a seat (``eval/<policy>/seat/<seat>/...``) names one
+    of the env's agents."""
+    for where, key in [*((f"stop.{k}", k) for k in cfg.stop), ("objective", cfg.objective)]:
+        seat = seat_metric(key)
+        if seat is not None and seat[1] not in agents:
+            raise ConfigError(f"{where}: seat '{seat[1]}' is not one of {cfg.env.id}'s agents ({', '.join(agents)})"
+                              f"{suggest(seat[1], agents)}")
 
 
 def copy_spaces(cfg: RunConfig, copies: Any) -> tuple[dict[str, str], dict[str, tuple[gym.Space, gym.Space]]]:

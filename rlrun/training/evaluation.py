@@ -147,7 +147,7 @@ def evaluate_run(policies: Mapping[str, Any], cfg: Any, num_episodes: int, num_e
 
 def evaluation_env(cfg: Any, num_episodes: int, num_envs: int) -> Any:
     """The env copies ``evaluate_run`` plays on, made once and reused."""
-    return env_copies(cfg.env, max(1, min(num_envs, num_episodes)))
+    return env_copies(cfg.env, max(1, min(num_envs, num_episodes)), rotate_seats=True)
 
 
 def render_run(policies: Mapping[str, Any], cfg: Any, episodes: int, seed: int, max_frames: int, frame_skip: int,

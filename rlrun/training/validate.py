@@ -29,7 +29,7 @@ from rlrun.config.schemas import (
 from rlrun.config.serving import check_server_config
 from rlrun.config.typed import ConfigError, from_dict, show
 from rlrun.core.errors import suggest
-from rlrun.core.metrics import STOP_COUNTERS, reported_metrics
+from rlrun.core.metrics import STOP_COUNTERS, reported_metrics, seat_metric
 from rlrun.core.registry import ALGOS, CALLBACKS, ENVS, LOSSES, MODELS, RegistryError
 from rlrun.core.sweep_info import TARGET_OBJECTIVES
 from rlrun.sources.plugins import load_builtins
@@ -217,7 +217,12 @@ def _check_stop(cfg: RunConfig) -> None:
 
 
 def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
-    """``custom/<name>_mean|_min|_max``: what callbacks report (names known only at run time)."""
+    """``custom/<name>_mean|_min|_max``: what callbacks report (names known only at run time); with
+    ``env.shuffle_seats``, a policy's evaluation return in one seat (the seats, the env's agents, are
+    checked against the env by ``map_agents``)."""
+    seat = seat_metric(key)
+    if seat is not None:
+        return cfg.env.shuffle_seats and seat[0] in cfg.multiagent.policies
     return bool(cfg.callbacks) and key.startswith("custom/") and key.endswith(("_mean", "_min", "_max"))
 
 
