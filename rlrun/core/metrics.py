@@ -65,8 +65,13 @@ def reported_metrics(algo_metrics: Iterable[str], loss_terms: Iterable[str], los
     return sorted(set(names))
 
 
+def seat_metric_name(policy_id: str, seat: str) -> str:
+    """A policy's evaluation return in one seat (evaluation with ``env.shuffle_seats``)."""
+    return f"eval/{policy_id}/seat/{seat}/episode_return_mean"
+
+
 def seat_metric(key: str) -> tuple[str, str] | None:
-    """``eval/<policy>/seat/<seat>/episode_return_mean`` (evaluation with ``env.shuffle_seats``) -> (policy, seat)."""
+    """``seat_metric_name``'s (policy, seat), else None."""
     parts = key.split("/")
     if len(parts) == 5 and parts[0] == "eval" and parts[2] == "seat" and parts[4] == "episode_return_mean":
         return parts[1], parts[3]

@@ -35,7 +35,7 @@ from rlrun.envs.multi_agent import (
     make_multi_agent_env,
     make_vector_multi_agent_env,
 )
-from rlrun.envs.seats import SeatShuffle
+from rlrun.envs.seats import check_seats
 from rlrun.envs.wrappers import parse_wrappers, wrap_env
 
 AGENT = "agent_0"  # the one agent of a single-agent env
@@ -162,7 +162,7 @@ def _legal(adapter: ObsAdapter, obs: Any) -> np.ndarray | None:
 
 def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Space]]:
     try:
-        one = make_multi_agent_env(env.id, env.kwargs)  # its own API first; SeatShuffle checks its seats
+        one = make_multi_agent_env(env.id, env.kwargs)  # its own API first, then its seats
     except (RegistryError, ConfigError):
         raise
     except Exception as e:
@@ -178,7 +178,7 @@ def _probe_multi_agent(env: Any, seed: int) -> dict[str, tuple[gym.Space, gym.Sp
             raise PluginError(f"env.id: {env.id}.step() must return 5 dicts keyed by agent id "
                               "(obs, rewards, terminateds, truncateds, infos)")
         if env.shuffle_seats:
-            SeatShuffle(one, env.id)
+            check_seats(one, env.id)
         return {a: (ad.space, one.action_space(a)) for a, ad in adapters.items()}
     finally:
         one.close()

@@ -107,9 +107,8 @@ def check_env_config(cfg: Any) -> None:
         missing = "env.action_space" if e.action_space is None else "env.observation_space"
         raise ConfigError(f"{missing}: missing; declare both spaces or neither")
     if e.shuffle_seats and not is_multi_agent_env(e.id):
-        raise ConfigError(f"env.shuffle_seats: true needs a multi-agent env whose agents swap seats; env.id "
-                          f"{e.id} has one agent" if e.id else "env.shuffle_seats: true needs a multi-agent env; "
-                          "env.id is null")
+        has = f"env.id {e.id} has one agent" if e.id else "env.id is null"
+        raise ConfigError(f"env.shuffle_seats: true needs a multi-agent env whose agents swap seats; {has}")
     if e.id is not None:
         return
     sampled = any(s == SAMPLER for s, _ in parse_input(cfg.input)) and cfg.rollout.server is None

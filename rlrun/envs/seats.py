@@ -24,25 +24,31 @@ from rlrun.config.typed import ConfigError
 SEAT_STREAM = 0x5EA75  # mixed into the reset's seed for the seats' generator
 
 
+def check_seats(env: Any, name: str) -> None:
+    """``env``'s seats can be shuffled: two or more, all of the same spaces; else one ``ConfigError``."""
+    agents = list(env.possible_agents)
+    if len(agents) < 2:
+        raise ConfigError(f"env.shuffle_seats: {name} has {len(agents)} agent(s) ({', '.join(agents) or 'none'}): "
+                          "there are no seats to swap")
+    first = agents[0]
+    obs_space, act_space = env.observation_space(first), env.action_space(first)
+    for a in agents[1:]:
+        if env.observation_space(a) != obs_space or env.action_space(a) != act_space:
+            raise ConfigError(
+                f"env.shuffle_seats: {name}'s seats '{first}' and '{a}' differ ({obs_space}, {act_space} vs "
+                f"{env.observation_space(a)}, {env.action_space(a)}); agents can only swap seats that are alike")
+
+
 class SeatShuffle:
     """A Parallel-API multi-agent env whose agents change seats at every reset (the module docstring)."""
 
     def __init__(self, env: Any, name: str = "env", rotate_from: int | None = None) -> None:
+        check_seats(env, name)
         self.env = env
         self.possible_agents = list(env.possible_agents)
         self.metadata = getattr(env, "metadata", {})
         self.render_mode = getattr(env, "render_mode", None)
         self.turn_based = bool(getattr(env, "turn_based", False))
-        if len(self.possible_agents) < 2:
-            raise ConfigError(f"env.shuffle_seats: {name} has {len(self.possible_agents)} agent(s) "
-                              f"({', '.join(self.possible_agents) or 'none'}): there are no seats to swap")
-        first = self.possible_agents[0]
-        obs_space, act_space = env.observation_space(first), env.action_space(first)
-        for a in self.possible_agents[1:]:
-            if env.observation_space(a) != obs_space or env.action_space(a) != act_space:
-                raise ConfigError(
-                    f"env.shuffle_seats: {name}'s seats '{first}' and '{a}' differ ({obs_space}, {act_space} vs "
-                    f"{env.observation_space(a)}, {env.action_space(a)}); agents can only swap seats that are alike")
         self._rng = np.random.default_rng()
         self._rotate_from, self._episode = rotate_from, 0
         self.seat_of = {a: a for a in self.possible_agents}  # agent -> the seat it plays this episode

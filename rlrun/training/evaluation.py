@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlrun.config.schemas import EnvConfig, RunConfig
-from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max
+from rlrun.core.metrics import DEFAULT_POLICY_ID, mean_min_max, seat_metric_name
 from rlrun.envs.copies import OneAgentEnv, env_copies, render_copy
 from rlrun.envs.make import env_from_config
 from rlrun.policy.policy import Policy
@@ -42,7 +42,7 @@ class EvalResult(NamedTuple):
             out[f"eval/{pid}/episode_return_mean"] = float(np.mean(returns))
         for pid, seats in (self.seat_returns or {}).items():
             for seat, returns in seats.items():
-                out[f"eval/{pid}/seat/{seat}/episode_return_mean"] = float(np.mean(returns))
+                out[seat_metric_name(pid, seat)] = float(np.mean(returns))
         return out
 
 

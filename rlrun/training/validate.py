@@ -201,7 +201,7 @@ def _check_stop(cfg: RunConfig) -> None:
         raise ConfigError(f"stop: no stop criterion; set at least one of {', '.join(STOP_COUNTERS)}")
     known = known_stop_keys(cfg)
     for key, value in cfg.stop.items():
-        if key not in known and not _is_custom_metric(cfg, key):
+        if key not in known and not _named_at_run_time(cfg, key):
             raise ConfigError(
                 f"stop.{key}: '{key}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
                 f"{suggest(key, known)}. Stop keys: {', '.join(known)}"
@@ -211,12 +211,12 @@ def _check_stop(cfg: RunConfig) -> None:
         if key in STOP_COUNTERS and value <= 0:
             raise ConfigError(f"stop.{key}: must be positive, got {value:g}")
     objective = cfg.objective
-    if objective not in known and objective not in TARGET_OBJECTIVES and not _is_custom_metric(cfg, objective):
+    if objective not in known and objective not in TARGET_OBJECTIVES and not _named_at_run_time(cfg, objective):
         raise ConfigError(f"objective: '{objective}' is not a metric rlrun reports for algo '{cfg.algo.name}'"
                           f"{suggest(objective, known)} (or steps_to_target, time_to_target)")
 
 
-def _is_custom_metric(cfg: RunConfig, key: str) -> bool:
+def _named_at_run_time(cfg: RunConfig, key: str) -> bool:
     """``custom/<name>_mean|_min|_max``: what callbacks report (names known only at run time); with
     ``env.shuffle_seats``, a policy's evaluation return in one seat (the seats, the env's agents, are
     checked against the env by ``map_agents``)."""
