@@ -64,25 +64,27 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
-    # 8 iterations of 1024 steps, a perturbation check at every iteration: seven exploit/explore rounds over 4
-    # trials. Tune's asynchronous PBT skips an exploit while the chosen top trial has no checkpoint saved at a
-    # check of its own: with three rounds (every 2048 steps) no exploit happened in one fresh-clone run of 2026-11-27
-    p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
-                            "stop.timesteps_total=8192", "tune.perturbation_interval=1024", "progress=false",
-                            "evaluation.interval=3", "evaluation.num_episodes=2"], tmp_path)
+    # 3 iterations of 1024 steps, synchronous PBT over two trials with a perturbation at every iteration: two rounds
+    # in which both trials wait, then the one behind takes the other's checkpoint. (Tune's asynchronous PBT skips an
+    # exploit when the top trial saved no checkpoint at its own last check: over 4 trials, seven asynchronous rounds
+    # made no exploit in one fresh-clone run of 2026-12-02, the trials' scores, a few short episodes, mostly noise)
+    p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt", "tune.synch=true",
+                            "tune.num_samples=2", "stop.timesteps_total=3072", "tune.perturbation_interval=1024",
+                            "progress=false", "evaluation.interval=2", "evaluation.num_episodes=2"], tmp_path)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
-    assert p.stdout.count("rlrun: trial ") == 4 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
+    assert p.stdout.count("rlrun: trial ") == 2 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
     # the private Ray instance (its temp dir rlrun-ray-<pid>-*: rlrun/sources/ray_instance.py), the trials'
     # actors and their MLflow writers: all gone when rlrun exits
     assert not _left_running(f"rlrun-ray-{pid}-", str(tmp_path)), "left running after rlrun exited"
     client = _client(tmp_path)
     runs = _runs(client, "ppo_cartpole")  # every trial: one run of the preset's experiment
     open_runs = [(r.info.status, r.data.tags) for r in runs if r.info.status != "FINISHED"]
-    assert len(runs) == 4 and not open_runs, open_runs
-    assert len({r.data.tags["rlrun.tune.trial_id"] for r in runs}) == 4
+    assert len(runs) == 2 and not open_runs, open_runs
+    assert len({r.data.tags["rlrun.tune.trial_id"] for r in runs}) == 2
     ids = {r.info.run_id for r in runs}
     exploited = [r for r in runs if "rlrun.tune.exploit.1" in r.data.tags]
-    assert exploited, "no trial took another trial's checkpoint"
+    exploits = sum(1 for r in runs for tag in r.data.tags if tag.startswith("rlrun.tune.exploit."))
+    assert exploits == 2, "a round without an exploit: the trial behind takes the other's checkpoint at each"
     changed = False
     for r in exploited:
         source = r.data.tags["rlrun.tune.restored_from_run"]
@@ -104,10 +106,30 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
         files = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(r.info.run_id, tune_ckpts[-1])}
         assert {"meta.json", "config.yaml"} <= files, files
         assert r.data.tags["rlrun.stop_reason"].startswith("timesteps_total"), r.data.tags  # its own stop ended it
-        # evaluation.final: the trial's last iteration evaluated too (8 iterations, an evaluation every 3)
+        # evaluation.final: the trial's last iteration evaluated too (3 iterations, an evaluation every 2)
         evals = [m.step for m in client.get_metric_history(r.info.run_id, "eval/episode_return_mean")]
         last = max(m.step for m in client.get_metric_history(r.info.run_id, "timesteps_total"))
         assert evals and evals[-1] == last, (evals, last)
+
+
+@pytest.mark.ray
+def test_fifo_over_pbts_keys_draws_each_trials_values_as_pbt_does_and_keeps_them(tmp_path):
+    # tune=pbt's population without exploits: the keys PBT mutates are drawn once per trial, as PBT draws them
+    p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt",
+                            "tune.scheduler=fifo", "tune.num_samples=2", "stop.timesteps_total=2048",
+                            "progress=false"], tmp_path)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert "rlrun: 2 trials (fifo)" in p.stdout and p.stdout.count("rlrun: trial ") == 2, p.stdout[-3000:]
+    assert not _left_running(f"rlrun-ray-{pid}-", str(tmp_path)), "left running after rlrun exited"
+    client = _client(tmp_path)
+    runs = _runs(client, "ppo_cartpole")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]
+    lrs = [float(r.data.params["algo.lr"]) for r in runs]  # pbt.yaml: {loguniform: [3.0e-4, 1.0e-2]}
+    assert all(3.0e-4 <= lr <= 1.0e-2 for lr in lrs) and lrs[0] != lrs[1], lrs
+    assert all(float(r.data.params["loss.clip_param"]) in (0.1, 0.2, 0.3) for r in runs)
+    for r in runs:  # kept: one value over the whole trial, and no exploit
+        values = {m.value for m in client.get_metric_history(r.info.run_id, "hparams/algo.lr")}
+        assert len(values) == 1 and not [k for k in r.data.tags if k.startswith("rlrun.tune.exploit")], r.data.tags
 
 
 @pytest.mark.ray
@@ -286,6 +308,7 @@ def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refus
     (["+tune.hyperparam_mutations.algo.gamma={grid: [0.9, 0.99]}"],
      "tune.hyperparam_mutations.algo.gamma: grid takes a non-empty list of values, and only in tune.param_space"),
     (["-m", "seed=0,1"], "tune: a Tune population runs without -m"),
+    (["tune.synch=sometimes"], "tune.synch: expected true or false, got 'sometimes'"),
 ])
 def test_a_bad_tune_section_is_one_line_before_ray_starts(tmp_path, args, line):
     p = run_cli(["+experiment=ppo_cartpole", "tune=pbt", *args], tmp_path, timeout=120)

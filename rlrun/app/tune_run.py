@@ -39,6 +39,7 @@ class TuneSection:
     burn_in_period: float = 0
     quantile_fraction: float = 0.25
     resample_probability: float = 0.25
+    synch: bool = False  # pbt: every trial waits at each perturbation, then the bottom takes the top's checkpoints
     max_t: float = 100_000  # asha: no trial trains past this many time_attr units
     grace_period: float = 10_000  # asha: every trial trains at least this long before it can be stopped
     reduction_factor: float = 2  # asha: at each rung the top 1/reduction_factor of the trials go on
@@ -77,6 +78,8 @@ def parse_section(raw: Mapping[str, Any]) -> TuneSection:
                                                    and 0 < section.cpus_per_trial <= MAX_TRIAL_CPUS):
         raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, {MAX_TRIAL_CPUS}], "
                           f"got {section.cpus_per_trial!r}")
+    if not isinstance(section.synch, bool):
+        raise ConfigError(f"tune.synch: expected true or false, got {section.synch!r}")
     if section.mode not in ("max", "min"):
         raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
     for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability", "max_t",
@@ -196,7 +199,19 @@ def _scheduler(section: TuneSection) -> Any:
     return PopulationBasedTraining(
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
-        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability)
+        quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability,
+        synch=section.synch)
+
+
+def _space(section: TuneSection) -> dict[str, Any]:
+    """The values Tune draws once per trial: ``param_space``'s, and for fifo and asha also the mutated keys'
+    (PBT draws a trial's first value of each key it mutates; the others draw it the same way and keep it, so
+    ``tune=pbt tune.scheduler=fifo`` trains PBT's starting population without exploits)."""
+    space = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
+    if section.scheduler != "pbt":
+        space.update({k: _value(v, f"tune.hyperparam_mutations.{k}") for k, v in section.hyperparam_mutations.items()
+                      if k not in space})
+    return space
 
 
 def _stopped_by_scheduler(metrics: Mapping[str, Any]) -> bool:
@@ -213,7 +228,7 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     section = parse_section(raw_section)
     base = _trial_base(cfg, unresolved, section, launch)
     scheduler = _scheduler(section)
-    space: dict[str, Any] = {k: _value(v, f"tune.param_space.{k}") for k, v in section.param_space.items()}
+    space = _space(section)
     name = section.name or cfg.experiment or cfg.algo.name
     storage = Path(section.storage_path or Path(output_dir or launch) / "tune").resolve()
     import ray
