@@ -40,7 +40,13 @@ CASES = list(itertools.product(["relu", "tanh"], [2, 1], [0.2, 0.0], [([32, 24],
 def test_the_hand_gradient_equals_autograds(activation, num_critics, target_noise, hiddens):
     """Each stage's loss, statistics and gradients by hand against autograd's of the same stage, on the same
     weights and the same smoothing noise draw."""
-    p = policy(True, activation=activation, num_critics=num_critics, target_noise=target_noise, hiddens=hiddens)
+    assert_the_hand_gradient_equals_autograds(
+        policy(True, activation=activation, num_critics=num_critics, target_noise=target_noise, hiddens=hiddens))
+
+
+def assert_the_hand_gradient_equals_autograds(p: Policy, rtol: float = 2e-5, atol: float = 1e-6) -> None:
+    """``p``'s hand-derived stages against autograd's of the same stages, on the same weights and smoothing noise
+    (the gradients to ``rtol`` and ``atol``)."""
     assert isinstance(p.hand_gradient, tuple) and len(p.hand_gradient) == len(p.stages) == 2
     mb = minibatch()
     start = p.generator.get_state()
@@ -65,7 +71,7 @@ def test_the_hand_gradient_equals_autograds(activation, num_critics, target_nois
                 assert h is None or not h.any()
                 continue
             assert h is not None
-            torch.testing.assert_close(h, t.grad, rtol=2e-5, atol=1e-6)
+            torch.testing.assert_close(h, t.grad, rtol=rtol, atol=atol)
     a = torch.tanh(p.model(mb[SB.OBS]).dist_inputs)
     assert (a.abs() > 0.999).any() and (a.abs() < 0.5).any()  # saturated and unsaturated actions both occur
 

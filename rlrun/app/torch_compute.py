@@ -1,5 +1,5 @@
-"""The torch settings a run makes in the learner's process: threads, float32 matmul precision, and
-denormal floats flushed to zero."""
+"""The torch settings a run makes in the learner's process: threads, float32 matmul precision, the
+hand-derived updates' product backend, and denormal floats flushed to zero."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rlrun.config.schemas import RunConfig
+from rlrun.models import gemm
 
 
 def flush_denormals() -> None:
@@ -41,11 +42,13 @@ def set_torch_compute(cfg: RunConfig) -> RunConfig:
     records, its ``torch_threads`` within ``OMP_NUM_THREADS`` (``_within_thread_limit``). ``medium`` lets
     oneDNN run float32 convolutions in bfloat16 too: torch's setting covers matmuls only, and the Nature
     CNN's conv stack trains 1.37x faster so (fwd + bwd of 256 frames on 2 threads here: 64 -> 47 ms).
-    Denormals are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it."""
+    Denormals are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it.
+    ``torch_matmul_backend: auto`` is recorded as the backend it chose on this machine (``gemm.set_backend``), so a
+    rerun elsewhere computes with the same one."""
     cfg = _within_thread_limit(cfg)
     flush_denormals()
     torch.set_num_threads(cfg.torch_threads)
     torch.set_float32_matmul_precision(cfg.torch_matmul_precision)
     mkldnn: Any = torch.backends.mkldnn  # its per-operation precision settings are not in torch's stubs
     mkldnn.conv.fp32_precision = "bf16" if cfg.torch_matmul_precision == "medium" else "none"
-    return cfg
+    return replace(cfg, torch_matmul_backend=gemm.set_backend(cfg.torch_matmul_backend))

@@ -181,6 +181,9 @@ class RunConfig:
     # torch.set_float32_matmul_precision: "highest" computes float32 matmuls and convolutions in float32;
     # "medium" lets both run in bfloat16 where the CPU has it (AMX, AVX512-BF16); "high": matmuls only
     torch_matmul_precision: str = "highest"
+    # the hand-derived updates' float32 products: "blas" (torch's: MKL), "onednn" (torch's oneDNN), "auto" (oneDNN
+    # on AMD CPUs with AVX-512, where MKL runs its AVX2 kernels; rlrun/models/gemm.py); the run records its choice
+    torch_matmul_backend: str = "auto"
     # rollout/episode_* are over this many of the latest completed episodes (RLlib's key)
     metrics_num_episodes_for_smoothing: int = 100
     # an iteration repeats sampling train_batch_size rows and learning on them until it has sampled this

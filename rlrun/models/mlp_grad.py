@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rlrun.models import gemm
+
 HAND_ACTIVATIONS = (torch.relu, torch.tanh)  # the activations whose backward act_backward writes out
 
 
@@ -45,8 +47,7 @@ def torso_forward(layers: list[nn.Linear], relu: bool, x: torch.Tensor, bufs: li
     """The input ``x [N, in]`` and every layer's activations ``[N, width]``, written into ``bufs``."""
     hs = [x]
     for layer, buf in zip(layers, bufs, strict=True):
-        h = torch.addmm(layer.bias, hs[-1], layer.weight.t(), out=buf)
-        hs.append(h.relu_() if relu else h.tanh_())
+        hs.append(gemm.addmm_act(layer.bias, hs[-1], layer.weight.t(), relu, out=buf))
     return hs
 
 
@@ -57,10 +58,10 @@ def torso_backward(layers: list[nn.Linear], relu: bool, hs: list[torch.Tensor], 
     for i in range(len(layers) - 1, -1, -1):
         layer = layers[i]
         dz = act_backward(relu, dh, hs[i + 1], dzs[i])
-        torch.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
+        gemm.mm(dz.t(), hs[i], out=grad_buffer(layer.weight))
         torch.sum(dz, 0, out=grad_buffer(layer.bias))
         if i:
-            dh = torch.mm(dz, layer.weight, out=dhs[i - 1])
+            dh = gemm.mm(dz, layer.weight, out=dhs[i - 1])
 
 
 def flat(obs: torch.Tensor) -> torch.Tensor:

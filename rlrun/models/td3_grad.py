@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rlrun.models import gemm
 from rlrun.models.mlp_grad import Torso, flat
 from rlrun.models.twin_q_grad import ActorCriticGrad, CriticStep
 
@@ -60,8 +61,7 @@ class TD3Grad(ActorCriticGrad):
         shapes = [(n, int(w.shape[-1])) for w in stack.weights]
         gs = [self._sa(obs, a)]
         for w, b, buf in zip(stack.weights, stack.biases, self._bufs.get("q1", shapes), strict=True):
-            g = torch.addmm(b[0], gs[-1], w[0], out=buf)
-            gs.append(g.relu_() if self.relu else g.tanh_())
+            gs.append(gemm.addmm_act(b[0], gs[-1], w[0], self.relu, out=buf))
         actor = -((gs[-1] @ stack.out_weight[0, 0]) + stack.out_bias[0]).mean()
         da = self._one_critic_backward(0, gs[1:], stack.out_weight[0] * (-1.0 / n), self._bufs.get("q1/dz", shapes))
         self._actor_backward(hs, torch.ops.aten.tanh_backward(da, a))

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, TypeGuard
 import torch
 from torch import nn
 
+from rlrun.models import gemm
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.models.mlp_grad import HAND_ACTIVATIONS, Buffers, Torso, act_backward, flat, grad_buffer
 from rlrun.models.twin_q import CriticStack, TwinQModel
@@ -132,8 +133,7 @@ class ActorCriticGrad:
         bufs = self._bufs.get(key, shapes)
         gs = [x.unsqueeze(0).expand(stack.num, *x.shape)]
         for w, b, buf in zip(stack.weights, stack.biases, bufs, strict=True):
-            g = torch.baddbmm(b, gs[-1], w, out=buf)
-            gs.append(g.relu_() if self.relu else g.tanh_())
+            gs.append(gemm.baddbmm_act(b, gs[-1], w, self.relu, buf))
         return gs, (gs[-1] * stack.out_weight).sum(-1) + stack.out_bias
 
     def _sa(self, obs: torch.Tensor, unit_actions: torch.Tensor) -> torch.Tensor:
@@ -151,10 +151,10 @@ class ActorCriticGrad:
         for i in range(len(stack.weights) - 1, -1, -1):
             w = stack.weights[i]
             dz = act_backward(self.relu, dg, gs[i + 1], dzs[i])
-            torch.bmm(gs[i].transpose(1, 2), dz, out=grad_buffer(w))
+            gemm.bmm(gs[i].transpose(1, 2), dz, out=grad_buffer(w))
             torch.sum(dz, 1, keepdim=True, out=grad_buffer(stack.biases[i]))
             if i:
-                dg = torch.bmm(dz, w.transpose(1, 2))
+                dg = gemm.bmm(dz, w.transpose(1, 2))
 
     def _one_critic_backward(self, c: int, hs: list[torch.Tensor], dq_w: torch.Tensor, dzs: list[torch.Tensor]
                              ) -> torch.Tensor:
@@ -166,7 +166,7 @@ class ActorCriticGrad:
         for i in range(len(stack.weights) - 1, -1, -1):
             dz = act_backward(self.relu, dg, hs[i], dzs[i])
             w = stack.weights[i][c]
-            dg = torch.mm(dz, (w if i else w[int(w.shape[0]) - self.act_dim :]).t())
+            dg = gemm.mm(dz, (w if i else w[int(w.shape[0]) - self.act_dim :]).t())
         return dg
 
     def _actor_backward(self, hs: list[torch.Tensor], d_out: torch.Tensor) -> None:

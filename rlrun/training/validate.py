@@ -32,6 +32,7 @@ from rlrun.core.errors import suggest
 from rlrun.core.metrics import STOP_COUNTERS, reported_metrics, seat_metric
 from rlrun.core.registry import ALGOS, CALLBACKS, ENVS, LOSSES, MODELS, RegistryError
 from rlrun.core.sweep_info import TARGET_OBJECTIVES
+from rlrun.models import gemm
 from rlrun.sources.plugins import load_builtins
 
 
@@ -324,6 +325,9 @@ def _check_run_values(cfg: RunConfig) -> None:
         (cfg.torch_matmul_precision in MATMUL_PRECISIONS,
          f"torch_matmul_precision: unknown '{cfg.torch_matmul_precision}'"
          f"{suggest(str(cfg.torch_matmul_precision), MATMUL_PRECISIONS)}; known: {', '.join(MATMUL_PRECISIONS)}"),
+        (cfg.torch_matmul_backend in gemm.BACKENDS,
+         f"torch_matmul_backend: unknown '{cfg.torch_matmul_backend}'"
+         f"{suggest(str(cfg.torch_matmul_backend), gemm.BACKENDS)}; known: {', '.join(gemm.BACKENDS)}"),
         (r.observation_filter_clip > 0, f"rollout.observation_filter_clip: must be positive, got "
                                         f"{r.observation_filter_clip:g}"),
         (r.ray.num_cpus is None or r.ray.num_cpus >= 1,
