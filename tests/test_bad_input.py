@@ -218,6 +218,8 @@ CASES: dict[str, Case] = {
     "min_time_s text": c(PPO, "min_time_s_per_iteration=soon", expect=["min_time_s_per_iteration", "'soon'"]),
     "matmul precision typo": c(PPO, "torch_matmul_precision=mediun",
                                expect=["torch_matmul_precision: unknown 'mediun'", "did you mean 'medium'"]),
+    "matmul backend typo": c(PPO, "torch_matmul_backend=onedn",
+                             expect=["torch_matmul_backend: unknown 'onedn'", "did you mean 'onednn'"]),
     "keep_last zero": c(PPO, "checkpoint.keep_last=0", expect="checkpoint.keep_last: 0 must be at least 1"),
     "every_n negative": c(PPO, "checkpoint.every_n_iters=-1", expect="checkpoint.every_n_iters: -1"),
     "eval interval negative": c(PPO, "evaluation.interval=-1", expect="evaluation.interval: -1"),
