@@ -5,8 +5,8 @@
 Why: MKL picks its kernels by CPU vendor, and on an AMD CPU with AVX-512 it runs its AVX2 ones; oneDNN
 picks by instruction set. On a 2-core AMD EPYC (Zen 5, 2026-12-07, two threads) a 256x256x256 product took
 163 us in MKL and 83 us in oneDNN, a 256x400x300 one 295 and 143 us, and a round of ``sac_halfcheetah``
-(one env step, one update) 4.54 ms against 3.60 ms (experiments/continuous_control). Both compute in
-float32 (they round differently, as two BLAS libraries do). Small products stay with torch's BLAS:
+(one env step, one update) 3.64 ms against 4.41 ms (0.79-0.94x over the session; experiments/continuous_control).
+Both compute in float32 (they round differently, as two BLAS libraries do). Small products stay with torch's BLAS:
 oneDNN's call costs ~15 us (256x64x64: 13 us in MKL, 16 us in oneDNN), hence ``ONEDNN_MIN_MACS``.
 Autograd's products (``nn.Linear``) are torch's as always; only the hand-derived updates call these.
 """
@@ -84,7 +84,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> tor
 def addmm_act(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, relu: bool | None,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """``act(bias + a @ b)``, ``act`` ReLU (``relu`` True), tanh (False) or none (None); in ``out`` where given
-    on torch's BLAS, in a tensor of oneDNN's own otherwise (copying costs more than the product saves)."""
+    on torch's BLAS, in a tensor of oneDNN's own otherwise (its op has no ``out``, and an MLP torso's activations
+    are read through what this returns, not through the buffer)."""
     if _dnn(a.shape[0], a.shape[1], b.shape[1]):
         y = _linear(a, b.t(), bias, relu is True)
         return y.tanh_() if relu is False else y
@@ -92,22 +93,24 @@ def addmm_act(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, relu: bool |
     return y if relu is None else y.relu_() if relu else y.tanh_()
 
 
+def _each(bias: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, relu: bool, out: torch.Tensor) -> torch.Tensor:
+    """oneDNN's ``bias + a[c] @ b[c]`` (ReLU'd when ``relu``) for each ``c``, into ``out[c]``: it has no batched
+    product, and the callers' stacked buffers are what the rest of the update reads."""
+    for c in range(a.shape[0]):
+        out[c] = _linear(a[c], b[c].t(), None if bias is None else bias[c], relu)
+    return out
+
+
 def bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ b`` batched (``[C, M, K] @ [C, K, N]``), into ``out`` where given."""
     if _dnn(a.shape[1], a.shape[2], b.shape[2]):
-        if out is None:
-            out = torch.empty(a.shape[0], a.shape[1], b.shape[2])
-        for c in range(a.shape[0]):
-            out[c] = _linear(a[c], b[c].t(), None, False)
-        return out
+        return _each(None, a, b, False, torch.empty(a.shape[0], a.shape[1], b.shape[2]) if out is None else out)
     return torch.bmm(a, b) if out is None else torch.bmm(a, b, out=out)
 
 
 def baddbmm_act(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, relu: bool, out: torch.Tensor) -> torch.Tensor:
     """``act(bias + a @ b)`` batched (``bias [C, 1, N]``), ReLU or tanh, into ``out``."""
     if _dnn(a.shape[1], a.shape[2], b.shape[2]):
-        for c in range(a.shape[0]):
-            out[c] = _linear(a[c], b[c].t(), bias[c], relu)
-        return out if relu else out.tanh_()
+        return _each(bias, a, b, relu, out) if relu else _each(bias, a, b, False, out).tanh_()
     g = torch.baddbmm(bias, a, b, out=out)
     return g.relu_() if relu else g.tanh_()

@@ -44,7 +44,8 @@ def grad_buffer(p: torch.Tensor) -> torch.Tensor:
 
 
 def torso_forward(layers: list[nn.Linear], relu: bool, x: torch.Tensor, bufs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The input ``x [N, in]`` and every layer's activations ``[N, width]``, written into ``bufs``."""
+    """The input ``x [N, in]`` and every layer's activations ``[N, width]``, written into ``bufs`` (on torch's BLAS;
+    a large layer on oneDNN returns a tensor of its own, ``gemm.addmm_act``)."""
     hs = [x]
     for layer, buf in zip(layers, bufs, strict=True):
         hs.append(gemm.addmm_act(layer.bias, hs[-1], layer.weight.t(), relu, out=buf))
@@ -82,7 +83,7 @@ class Torso:
 
     def forward(self, x: torch.Tensor, key: str) -> list[torch.Tensor]:
         """The input ``x [N, in]`` and every layer's activations ``[N, width]``, in the buffers named
-        ``key`` (overwritten by the next call with the same key and row count)."""
+        ``key`` (overwritten by the next call with the same key and row count; ``torso_forward``)."""
         return torso_forward(self.layers, self.relu, x, self.bufs.get(key, self._shapes(len(x))))
 
     def backward(self, hs: list[torch.Tensor], d_out: torch.Tensor, w_out: torch.Tensor, key: str) -> None:

@@ -308,6 +308,11 @@ def _check_optimizer(cfg: RunConfig) -> None:
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # torch.set_float32_matmul_precision's values
 
 
+def _choice(key: str, value: str, known: tuple[str, ...]) -> tuple[bool, str]:
+    """A ``_check_run_values`` check that ``value`` (config key ``key``) is one of ``known``."""
+    return value in known, f"{key}: unknown '{value}'{suggest(str(value), known)}; known: {', '.join(known)}"
+
+
 def _check_run_values(cfg: RunConfig) -> None:
     r = cfg.rollout
     checks = [
@@ -322,12 +327,8 @@ def _check_run_values(cfg: RunConfig) -> None:
          f"evaluation: interval must be >= 0, num_episodes and num_envs >= 1; got interval={cfg.evaluation.interval}, "
          f"num_episodes={cfg.evaluation.num_episodes}, num_envs={cfg.evaluation.num_envs}"),
         (cfg.torch_threads >= 1, f"torch_threads: must be at least 1, got {cfg.torch_threads}"),
-        (cfg.torch_matmul_precision in MATMUL_PRECISIONS,
-         f"torch_matmul_precision: unknown '{cfg.torch_matmul_precision}'"
-         f"{suggest(str(cfg.torch_matmul_precision), MATMUL_PRECISIONS)}; known: {', '.join(MATMUL_PRECISIONS)}"),
-        (cfg.torch_matmul_backend in gemm.BACKENDS,
-         f"torch_matmul_backend: unknown '{cfg.torch_matmul_backend}'"
-         f"{suggest(str(cfg.torch_matmul_backend), gemm.BACKENDS)}; known: {', '.join(gemm.BACKENDS)}"),
+        _choice("torch_matmul_precision", cfg.torch_matmul_precision, MATMUL_PRECISIONS),
+        _choice("torch_matmul_backend", cfg.torch_matmul_backend, gemm.BACKENDS),
         (r.observation_filter_clip > 0, f"rollout.observation_filter_clip: must be positive, got "
                                         f"{r.observation_filter_clip:g}"),
         (r.ray.num_cpus is None or r.ray.num_cpus >= 1,
