@@ -1,14 +1,17 @@
 """The hand-derived updates' products (rlrun/models/gemm.py): oneDNN's equal torch's BLAS's to float32 rounding
 in every layout the updates use, above and below the size where they switch; ``auto``'s choice; the SAC and TD3
-hand-derived gradients on oneDNN against autograd's; a run records the backend it chose."""
+hand-derived gradients on oneDNN against autograd's, SAC's eager and compiled by inductor; a run records the backend
+it chose."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from rlrun.algos.sac import sac_hand_stages
 from rlrun.config.typed import ConfigError
 from rlrun.models import gemm
+from rlrun.models.twin_q_compiled import CompiledTwinQGrad
 from tests.test_td3_grad import assert_the_hand_gradient_equals_autograds as assert_td3_hand_equals_autograd
 from tests.test_td3_grad import policy as td3_policy
 from tests.test_twin_q_grad import assert_the_hand_stages_equal_autograds
@@ -19,8 +22,8 @@ from tests.test_twin_q_grad import policy as sac_policy
 def onednn(monkeypatch):
     """oneDNN for the test's products; yields the list of the shapes oneDNN multiplied (``x`` of ``x @ w.T``)."""
     calls: list[tuple[int, ...]] = []
-    real = gemm._linear
-    monkeypatch.setattr(gemm, "_linear", lambda x, w, b, r: calls.append(tuple(x.shape)) or real(x, w, b, r))
+    real = gemm._pointwise  # what every oneDNN product calls, eager or from a compiled graph's operator
+    monkeypatch.setattr(gemm, "_pointwise", lambda x, w, b, r: calls.append(tuple(x.shape)) or real(x, w, b, r))
     gemm.set_backend("onednn")
     yield calls
     gemm.set_backend("blas")
@@ -64,14 +67,17 @@ def test_a_large_product_goes_to_onednn_and_a_small_one_stays_with_blas(onednn):
     assert calls == [(256, 256)]
 
 
-@pytest.mark.parametrize(("vendor", "capability", "chosen"), [
-    ("AuthenticAMD", "AVX512", "onednn"), ("AuthenticAMD", "AVX2", "blas"), ("GenuineIntel", "AVX512", "blas"),
-    ("", "AVX512", "blas")])
-def test_auto_takes_onednn_on_amd_cpus_with_avx512_only(monkeypatch, vendor, capability, chosen):
+@pytest.mark.parametrize(("vendor", "capability", "precision", "chosen"), [
+    ("AuthenticAMD", "AVX512", "highest", "onednn"), ("AuthenticAMD", "AVX512", "high", "onednn"),
+    ("AuthenticAMD", "AVX512", "medium", "blas"), ("AuthenticAMD", "AVX2", "highest", "blas"),
+    ("GenuineIntel", "AVX512", "highest", "blas"), ("", "AVX512", "highest", "blas")])
+def test_auto_takes_onednn_on_amd_cpus_with_avx512_in_float32_only(monkeypatch, vendor, capability, precision,
+                                                                   chosen):
+    """``medium`` lets torch's own products run in bfloat16, which oneDNN's float32 products would not."""
     monkeypatch.setattr(gemm, "cpu_vendor", lambda: vendor)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     try:
-        assert gemm.set_backend("auto") == chosen == gemm.backend()
+        assert gemm.set_backend("auto", precision) == chosen == gemm.backend()
     finally:
         gemm.set_backend("blas")
 
@@ -98,14 +104,40 @@ def test_td3s_hand_gradient_on_onednn_equals_autograds(onednn):
     assert len(onednn) >= 10
 
 
+def test_sacs_update_for_the_compiler_on_onednn_run_eagerly_equals_autograds(onednn):
+    """``algo.compile_update``'s two stages (rlrun/models/twin_q_compiled.py) take their products from here too."""
+    p = sac_policy(True, hiddens=WIDE)
+    p.hand_gradient = sac_hand_stages(p, CompiledTwinQGrad(p.model, p.state.target_model, compile=False))
+    assert_the_hand_stages_equal_autograds(p, rtol=1e-4, atol=1e-5)
+    assert len(onednn) >= 10
+
+
+@pytest.mark.slow  # ~35 s of compiling
+def test_sacs_update_compiled_by_inductor_calls_onednn_and_equals_autograds(onednn):
+    """Inductor lowers oneDNN's product only for weights it froze: the compiled graph calls it through rlrun's own
+    operator (``rlrun::onednn_linear``), at every update."""
+    p = sac_policy(True, compile_update=True, hiddens=WIDE)
+    cells = [c.cell_contents for c in p.hand_gradient[0].__closure__ or ()]  # type: ignore[index, union-attr]
+    assert any(isinstance(c, CompiledTwinQGrad) for c in cells)
+    assert_the_hand_stages_equal_autograds(p, rtol=1e-4, atol=5e-5)  # the fused loops' ulp (test_twin_q_compiled)
+    first = len(onednn)
+    assert first >= 10
+    assert_the_hand_stages_equal_autograds(p, rtol=1e-4, atol=5e-5)
+    assert len(onednn) >= 2 * first  # the compiled graph's calls, not only the trace's
+
+
 def test_a_run_records_the_backend_auto_chose(tmp_path, monkeypatch):
     from rlrun.app.runner import make_trainer
 
-    monkeypatch.setattr(gemm, "auto_backend", lambda: "onednn")
+    monkeypatch.setattr(gemm, "cpu_vendor", lambda: "AuthenticAMD")  # auto's choice of oneDNN, on any CPU
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     try:
         tr = make_trainer(["+experiment=sac_pendulum", "tracking=none", "progress=false"], tmp_path)
         assert tr.cfg.torch_matmul_backend == "onednn" == gemm.backend()
         tr = make_trainer(["+experiment=sac_pendulum", "tracking=none", "progress=false",
+                           "torch_matmul_precision=medium"], tmp_path)
+        assert tr.cfg.torch_matmul_backend == "blas" == gemm.backend()
+        tr = make_trainer(["+experiment=sac_pendulum", "tracking=none", "progress=false",  # precision back to highest
                            "torch_matmul_backend=blas"], tmp_path)
         assert tr.cfg.torch_matmul_backend == "blas" == gemm.backend()
     finally:

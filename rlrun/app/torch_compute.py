@@ -43,12 +43,12 @@ def set_torch_compute(cfg: RunConfig) -> RunConfig:
     oneDNN run float32 convolutions in bfloat16 too: torch's setting covers matmuls only, and the Nature
     CNN's conv stack trains 1.37x faster so (fwd + bwd of 256 frames on 2 threads here: 64 -> 47 ms).
     Denormals are flushed (``flush_denormals``) before the thread count is set, so new threads inherit it.
-    ``torch_matmul_backend: auto`` is recorded as the backend it chose on this machine (``gemm.set_backend``), so a
-    rerun elsewhere computes with the same one."""
+    ``torch_matmul_backend: auto`` is recorded as the backend it chose on this machine and precision
+    (``gemm.set_backend``), so a rerun elsewhere computes with the same one."""
     cfg = _within_thread_limit(cfg)
     flush_denormals()
     torch.set_num_threads(cfg.torch_threads)
     torch.set_float32_matmul_precision(cfg.torch_matmul_precision)
     mkldnn: Any = torch.backends.mkldnn  # its per-operation precision settings are not in torch's stubs
     mkldnn.conv.fp32_precision = "bf16" if cfg.torch_matmul_precision == "medium" else "none"
-    return replace(cfg, torch_matmul_backend=gemm.set_backend(cfg.torch_matmul_backend))
+    return replace(cfg, torch_matmul_backend=gemm.set_backend(cfg.torch_matmul_backend, cfg.torch_matmul_precision))

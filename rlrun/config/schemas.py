@@ -182,7 +182,8 @@ class RunConfig:
     # "medium" lets both run in bfloat16 where the CPU has it (AMX, AVX512-BF16); "high": matmuls only
     torch_matmul_precision: str = "highest"
     # the hand-derived updates' float32 products: "blas" (torch's: MKL), "onednn" (torch's oneDNN), "auto" (oneDNN
-    # on AMD CPUs with AVX-512, where MKL runs its AVX2 kernels; rlrun/models/gemm.py); the run records its choice
+    # on AMD CPUs with AVX-512, where MKL runs its AVX2 kernels, unless torch_matmul_precision is "medium";
+    # rlrun/models/gemm.py); the run records its choice
     torch_matmul_backend: str = "auto"
     # rollout/episode_* are over this many of the latest completed episodes (RLlib's key)
     metrics_num_episodes_for_smoothing: int = 100

@@ -4,9 +4,11 @@
 Why: eager, an update of HalfCheetah's sizes (256-row minibatches, 256x256 nets, two threads) is ~2.4 ms of
 matrix products and ~2 ms of ~250 small operator calls between them (elementwise passes, sums, the sample's
 log-probability, each one a dispatch). Compiled, the elementwise work between two products is one fused loop
-and the products stay MKL's: a 1:1-cadence round of ``sac_halfcheetah`` took 0.89-0.93x the eager hand
-gradient's time (medians of 8 alternating pairs of 256 rounds in one process, 2026-12-01,
-experiments/continuous_control/compiled.py). The cost: a C++ compiler, and ~35 s of compiling once per
+and the products are ``gemm``'s, as in the eager update (``torch_matmul_backend``; oneDNN's through rlrun's own
+operator, which inductor calls as it is): a 1:1-cadence round of ``sac_halfcheetah`` took 0.89-0.93x the eager hand
+gradient's time on an Intel Xeon (MKL, 2026-12-01) and 0.92x on a Zen 5 EPYC (oneDNN, 2026-12-07; medians of 8
+alternating pairs of 256 rounds in one process, experiments/continuous_control/compiled.py), where products of
+torch's own (MKL's AVX2 kernels) had made it 1.13x. The cost: a C++ compiler, and ~35 s of compiling once per
 process (inductor's cache, ``$TORCHINDUCTOR_CACHE_DIR``, else ``inductor/`` in rlrun's cache dir, makes a
 later process's ~8 s). The actor's sample stays the eager code, an opaque custom op in the graph (below).
 
@@ -28,16 +30,13 @@ import torch
 
 from rlrun.core.cache import cache_root
 from rlrun.core.errors import PluginError, one_line
+from rlrun.models import gemm
 from rlrun.models.distributions import SquashedGaussian
 from rlrun.models.mlp_grad import flat
 from rlrun.models.twin_q_grad import ActorStep, CriticStep, TwinQGrad, _Stack, draw_noise, squashed_sample
 
 Stack = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]  # weights, biases, out w, out b
 Torso = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]  # the actor's, the head last
-
-
-def _act(z: torch.Tensor, relu: bool) -> torch.Tensor:
-    return z.relu() if relu else z.tanh()
 
 
 def _act_back(d: torch.Tensor, h: torch.Tensor, relu: bool) -> torch.Tensor:
@@ -50,7 +49,7 @@ def _critics(x: torch.Tensor, stack: Stack, relu: bool) -> tuple[list[torch.Tens
     ws, bs, ow, ob = stack
     gs = [x.unsqueeze(0).expand(ws[0].shape[0], *x.shape)]
     for w, b in zip(ws, bs, strict=True):
-        gs.append(_act(torch.baddbmm(b, gs[-1], w), relu))
+        gs.append(gemm.baddbmm_act(b, gs[-1], w, relu))
     return gs, (gs[-1] * ow).sum(-1) + ob
 
 
@@ -58,8 +57,8 @@ def _actor(x: torch.Tensor, torso: Torso, relu: bool) -> tuple[list[torch.Tensor
     ws, bs, hw, hb = torso
     hs = [x]
     for w, b in zip(ws, bs, strict=True):
-        hs.append(_act(torch.addmm(b, hs[-1], w.t()), relu))
-    return hs, torch.addmm(hb, hs[-1], hw.t())
+        hs.append(gemm.addmm_act(b, hs[-1], w.t(), relu))
+    return hs, gemm.addmm_act(hb, hs[-1], hw.t(), None)
 
 
 @torch.library.custom_op("rlrun::squashed_sample", mutates_args=())
@@ -98,9 +97,9 @@ def critic_stage(relu: bool, obs: torch.Tensor, next_obs: torch.Tensor, act: tor
     dg = dq.unsqueeze(-1) * critics[2]
     for i in range(len(ws) - 1, -1, -1):
         dz = _act_back(dg, gs[i + 1], relu)
-        gw[i], gb[i] = torch.bmm(gs[i].transpose(1, 2), dz), dz.sum(1, keepdim=True)
+        gw[i], gb[i] = gemm.bmm(gs[i].transpose(1, 2), dz), dz.sum(1, keepdim=True)
         if i:
-            dg = torch.bmm(dz, ws[i].transpose(1, 2))
+            dg = gemm.bmm(dz, ws[i].transpose(1, 2))
     saved = ([h[n:] for h in hs], a[n:], logp[n:], noise[n:], std[n:], in_range[n:])
     return gw, gb, g_ow, g_ob, critic, q.mean(), target.mean(), saved
 
@@ -122,20 +121,20 @@ def actor_stage(relu: bool, obs: torch.Tensor, saved: Any, alpha: torch.Tensor, 
     dg = dq.unsqueeze(-1) * critics[2]
     for i in range(len(ws) - 1, -1, -1):
         dz = _act_back(dg, gs[i + 1], relu)
-        dg = torch.bmm(dz, (ws[i] if i else ws[0][:, ws[0].shape[1] - dims :]).transpose(1, 2))
+        dg = gemm.bmm(dz, (ws[i] if i else ws[0][:, ws[0].shape[1] - dims :]).transpose(1, 2))
     scale = alpha / n
     g_a = dg.sum(0) + (2.0 * scale) * a / (1.0 - a.pow(2) + SquashedGaussian.TANH_EPS)
     du = torch.ops.aten.tanh_backward(g_a, a)
     d_out = torch.cat([du, (du * noise * std - scale) * in_range], -1)
     aw, _, hw, _ = torso
     gw, gb = [torch.empty(0)] * len(aw), [torch.empty(0)] * len(aw)
-    g_hw, g_hb = d_out.t() @ hs[-1], d_out.sum(0)
-    dh = d_out @ hw
+    g_hw, g_hb = gemm.mm(d_out.t(), hs[-1]), d_out.sum(0)
+    dh = gemm.mm(d_out, hw)
     for i in range(len(aw) - 1, -1, -1):
         dz = _act_back(dh, hs[i + 1], relu)
-        gw[i], gb[i] = dz.t() @ hs[i], dz.sum(0)
+        gw[i], gb[i] = gemm.mm(dz.t(), hs[i]), dz.sum(0)
         if i:
-            dh = dz @ aw[i]
+            dh = gemm.mm(dz, aw[i])
     return gw, gb, g_hw, g_hb, g_log_alpha, actor, alpha_loss, -logp.mean()
 
 
