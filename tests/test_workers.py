@@ -93,6 +93,24 @@ def test_complete_episodes_mode_holds_only_whole_episodes(truncate):
             np.testing.assert_allclose(b[SB.VALUE_TARGETS][last], lengths + GAMMA * 10.0 * lengths)
 
 
+def test_an_episode_that_never_ends_stops_complete_episodes_with_one_line(monkeypatch):
+    """complete_episodes takes rows of ended episodes only: episodes that never end get one line naming the fix
+    before the fragment's buffers outgrow the machine (here a machine of 4 MiB), not a hang until it runs out."""
+    from rlrun.config.typed import ConfigError
+    from rlrun.sources import rollout_worker
+
+    monkeypatch.setattr(rollout_worker, "machine_memory", lambda: 4 << 20)
+    w = make_worker([3, 5], [False, True], fragment=4, batch_mode="complete_episodes")
+    assert len(w.sample()) >= 8  # episodes that end fit the same machine
+    w = make_worker([10**9, 10**9], [False, False], fragment=4, batch_mode="complete_episodes")
+    with pytest.raises(ConfigError, match=r"^rollout.batch_mode: complete_episodes: scripted's episodes ran [\d,]+ "
+                                          r"steps without all ending, and the fragment that waits for them would need "
+                                          r"[\d,]+ MiB \(this machine has 4 MiB\); give its episodes a limit \(env."
+                                          r"wrappers: \[\{time_limit: \{max_episode_steps: N\}\}\]\) or use "
+                                          r"rollout.batch_mode=truncate_episodes$"):
+        w.sample()
+
+
 def test_episode_metrics_and_seeded_reproducibility():
     w = make_worker([3, 5], [False, True], fragment=8)
     w.sample()

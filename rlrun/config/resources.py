@@ -85,7 +85,7 @@ def _models(cfg: Any) -> Iterator[tuple[str, Any]]:
             yield f"multiagent.policies.{pid}.model", policy_sections(cfg, pid).model
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
     return f"{n / 2**30:,.0f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
 
 
@@ -102,20 +102,20 @@ def check_resources(cfg: Any) -> None:
             need = sum(parts.values()) * (PARAM_BYTES + WEIGHT_BYTES * copies)
             if need > limit:
                 key = max((k for k in parts if k != "heads"), key=lambda k: parts[k], default="hiddens")
-                raise ConfigError(f"{prefix}.{key}: {getattr(model, key)} needs at least {_gib(need)} for its "
+                raise ConfigError(f"{prefix}.{key}: {getattr(model, key)} needs at least {gib(need)} for its "
                                   f"{sum(parts.values()):,} parameters (weights, gradients, optimizer state); this "
-                                  f"machine has {_gib(ram)}")
+                                  f"machine has {gib(ram)}")
         capacity = getattr(cfg.algo, "replay_capacity", None)
         if isinstance(capacity, int) and capacity * REPLAY_ROW_BYTES > limit:
             raise ConfigError(f"algo.replay_capacity: {capacity:,} rows need at least "
-                              f"{_gib(capacity * REPLAY_ROW_BYTES)}; this machine has {_gib(ram)}")
+                              f"{gib(capacity * REPLAY_ROW_BYTES)}; this machine has {gib(ram)}")
         n, fragment = cfg.rollout.num_envs_per_worker, cfg.rollout.rollout_fragment_length
         if isinstance(n, int):  # "auto" follows from train_batch_size, checked with the batch
             per_env = SUB_ENV_BYTES + ROLLOUT_ROW_BYTES * (fragment if isinstance(fragment, int) else 1)
             need = n * (copies + 1) * per_env
             if need > limit:
                 raise ConfigError(f"rollout.num_envs_per_worker: {n:,} sub-envs on each of {copies + 1} workers need "
-                                  f"at least {_gib(need)}; this machine has {_gib(ram)}")
+                                  f"at least {gib(need)}; this machine has {gib(ram)}")
     _check_cpus(cfg)
 
 
@@ -168,5 +168,5 @@ def check_replay_memory(cfg: Any, spaces: Mapping[str, tuple[Any, Any]]) -> None
         key = f"{prefix}algo"
         shape = "x".join(str(d) for d in (getattr(obs, "shape", None) or (1,)))
         raise ConfigError(f"{key}.replay_capacity: {capacity:,} rows of {shape} {getattr(obs, 'dtype', 'float32')} "
-                          f"observations (each row holds two) need at least {_gib(sum(n[0] for n in needs))}; "
-                          f"this machine has {_gib(ram)}")
+                          f"observations (each row holds two) need at least {gib(sum(n[0] for n in needs))}; "
+                          f"this machine has {gib(ram)}")

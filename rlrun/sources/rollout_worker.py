@@ -23,7 +23,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlrun.config.resources import FRACTION, gib, machine_memory
 from rlrun.config.schemas import RunConfig
+from rlrun.config.typed import ConfigError
 from rlrun.data.batch import MultiAgentBatch, SampleBatch
 from rlrun.data.postprocessing import fragment_ends as fragment_ends  # re-exported
 from rlrun.envs.copies import env_copies
@@ -131,6 +133,7 @@ class RolloutWorker(WorkerBase):
         step = 0
         while True:
             if step == cap:
+                self._check_growth(learners, step)
                 for g in learners:
                     g.grow()
                 cap *= 2
@@ -164,6 +167,24 @@ class RolloutWorker(WorkerBase):
             if count >= target:
                 break
         return self._finish(learners, step, last_end if complete else None, env_steps)
+
+    def _check_growth(self, learners: list[Slots], steps: int) -> None:
+        """One line before the fragment's buffers double past what this machine can hold (``FRACTION`` of its
+        memory): under ``complete_episodes`` a fragment takes rows of ended episodes only, and episodes that never
+        end (an env without a time limit, a game that loops) grew them until the machine ran out."""
+        ram = machine_memory()
+        need = 2 * sum(g.nbytes for g in learners)
+        if ram is None or need <= FRACTION * ram:
+            return
+        env = self.spec.env.id
+        if getattr(self.env, "turn_based", False):
+            fix = "a turn-based game is sampled in whole games: give the game an end (a move limit in its kwargs)"
+        else:
+            fix = ("give its episodes a limit (env.wrappers: [{time_limit: {max_episode_steps: N}}]) or use "
+                   "rollout.batch_mode=truncate_episodes")
+        raise ConfigError(f"rollout.batch_mode: complete_episodes: {env}'s episodes ran {steps:,} steps without all "
+                          f"ending, and the fragment that waits for them would need {gib(need)} (this machine has "
+                          f"{gib(ram)}); {fix}")
 
     def _finish(self, learners: list[Slots], steps: int, last_end: np.ndarray | None,
                 env_steps: int) -> SampleBatch | MultiAgentBatch:

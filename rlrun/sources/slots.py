@@ -177,6 +177,11 @@ class Slots:
         if self.turns:
             self.buf[RESET] = np.zeros((cap, b), dtype=bool)
 
+    @property
+    def nbytes(self) -> int:
+        """The fragment buffer's size in bytes."""
+        return sum(v.nbytes for v in self.buf.values())
+
     def grow(self) -> None:
         self.buf = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in self.buf.items()}
 
