@@ -65,9 +65,10 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     # 3 iterations of 1024 steps, synchronous PBT over two trials with a perturbation at every iteration: two rounds
-    # in which both trials wait, then the one behind takes the other's checkpoint. (Tune's asynchronous PBT skips an
-    # exploit when the top trial saved no checkpoint at its own last check: over 4 trials, seven asynchronous rounds
-    # made no exploit in one fresh-clone run of 2026-12-02, the trials' scores, a few short episodes, mostly noise)
+    # in which both trials wait, then the one behind takes the other's checkpoint (as a rule: see below). (Tune's
+    # asynchronous PBT skips an exploit when the top trial saved no checkpoint at its own last check: over 4 trials,
+    # seven asynchronous rounds made no exploit in one fresh-clone run of 2026-12-02, the trials' scores, a few short
+    # episodes, mostly noise)
     p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt", "tune.synch=true",
                             "tune.num_samples=2", "stop.timesteps_total=3072", "tune.perturbation_interval=1024",
                             "progress=false", "evaluation.interval=2", "evaluation.num_episodes=2"], tmp_path)
@@ -84,7 +85,11 @@ def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     ids = {r.info.run_id for r in runs}
     exploited = [r for r in runs if "rlrun.tune.exploit.1" in r.data.tags]
     exploits = sum(1 for r in runs for tag in r.data.tags if tag.startswith("rlrun.tune.exploit."))
-    assert exploits == 2, "a round without an exploit: the trial behind takes the other's checkpoint at each"
+    # rlrun tags every exploit Tune made: its own record has a line for each (PBT's log_config, pbt_global.txt).
+    # Synchronous PBT made one at each of the two rounds in most runs; in a fresh-clone CI run of 2026-12-07 it
+    # made one only (at the second round the two trials reported exact ties, 18.876712, one a clone of the other)
+    made = len(next(tmp_path.glob("outputs/*/*/tune/ppo_cartpole/pbt_global.txt")).read_text().splitlines())
+    assert exploits == made >= 1, (exploits, made)
     changed = False
     for r in exploited:
         source = r.data.tags["rlrun.tune.restored_from_run"]
