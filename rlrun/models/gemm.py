@@ -138,6 +138,7 @@ def baddbmm_act(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, relu: bool
                 ) -> torch.Tensor:
     """``act(bias + a @ b)`` batched (``bias [C, 1, N]``), ReLU or tanh, into ``out`` where given."""
     if _dnn(a.shape[1], a.shape[2], b.shape[2]):
-        return _each(bias, a, b, relu, out) if relu else _each(bias, a, b, False, out).tanh_()
+        g = _each(bias, a, b, relu, out)  # the ReLU fused into oneDNN's pass
+        return g if relu else g.tanh_()
     g = torch.baddbmm(bias, a, b) if out is None else torch.baddbmm(bias, a, b, out=out)
     return g.relu_() if relu else g.tanh_()

@@ -133,7 +133,8 @@ class RolloutWorker(WorkerBase):
         step = 0
         while True:
             if step == cap:
-                self._check_growth(learners, step)
+                if complete:  # truncate_episodes stops at its row count: its growth is bounded
+                    self._check_growth(learners, step)
                 for g in learners:
                     g.grow()
                 cap *= 2
