@@ -29,6 +29,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -82,6 +83,21 @@ def _scalars(config: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def _own_seed(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``config`` with the trial's own ``seed``: the one it started with, kept in ``path``. PBT's exploit gives
+    the trial the source trial's whole config, its seed too; with the source's weights, RNG states and env
+    seeds, the trial would replay the source's episodes until their values pulled them apart (two trials of a
+    fresh-clone CI run tied to the sixth decimal at the round after an exploit). Tune's own ``seed`` key for
+    RLlib-style configs, rlrun's (``tune.param_space.seed``) for ``tune=pbt``: the same top-level key."""
+    if "seed" not in config:
+        return config
+    if path.is_file():
+        return {**config, "seed": json.loads(path.read_text())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config["seed"], default=int))  # (numpy ints from Tune's samplers)
+    return config
+
+
 class RLrunTrainable(tune.Trainable):
     """A Tune Trainable that trains one rlrun algorithm (``algo``: an RLlib run name, e.g. "PPO", or a
     trainer class from ``build_trainer``); ``trainable(algo)`` makes one."""
@@ -92,10 +108,11 @@ class RLrunTrainable(tune.Trainable):
         from rlrun.app.run_hooks import RecordIteration, RunHook, TagWorkerNodes
         from rlrun.app.runner import make_trainer_from, start_run
 
-        self._trial, self._config = str(self.trial_id), copy.deepcopy(config)
         self.launch = Path(os.environ.get("TUNE_ORIG_WORKING_DIR") or os.getcwd()).resolve()
         storage = getattr(self, "_storage", None)
         trial_dir = Path(storage.trial_fs_path) if storage is not None else Path(self.logdir)
+        config = _own_seed(config, trial_dir / "rlrun" / "tune_seed")
+        self._trial, self._config = str(self.trial_id), copy.deepcopy(config)
         experiment = storage.experiment_dir_name if storage is not None else None
         cfg, self.own_stop = self._run_config(config, experiment)
         self.hparams = _scalars({k: v for k, v in config.items() if k != "rlrun"})
