@@ -111,13 +111,14 @@ class RLrunTrainable(tune.Trainable):
         self.launch = Path(os.environ.get("TUNE_ORIG_WORKING_DIR") or os.getcwd()).resolve()
         storage = getattr(self, "_storage", None)
         trial_dir = Path(storage.trial_fs_path) if storage is not None else Path(self.logdir)
-        config = _own_seed(config, trial_dir / "rlrun" / "tune_seed")
+        out_dir = trial_dir / "rlrun"  # the trial's output dir: its run's files, seed and exploit count
+        config = _own_seed(config, out_dir / "tune_seed")
         self._trial, self._config = str(self.trial_id), copy.deepcopy(config)
         experiment = storage.experiment_dir_name if storage is not None else None
         cfg, self.own_stop = self._run_config(config, experiment)
         self.hparams = _scalars({k: v for k, v in config.items() if k != "rlrun"})
         run_name = cfg.tracking.run_name or (self.trial_name if storage is not None else None)
-        cfg = dataclasses.replace(cfg, output_dir=str(trial_dir / "rlrun"), progress=False,
+        cfg = dataclasses.replace(cfg, output_dir=str(out_dir), progress=False,
                                   tracking=dataclasses.replace(cfg.tracking, run_name=run_name))
         # the trial's own name: a trial Tune restarts (PBT) continues its MLflow run and history
         run_key = hashlib.md5(str(trial_dir).encode()).hexdigest() if storage is not None else None
