@@ -65,12 +65,15 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     # 3 iterations of 1024 steps, synchronous PBT over two trials with a perturbation at every iteration: two rounds
-    # in which both trials wait, then the one behind takes the other's checkpoint (as a rule: see below). (Tune's
+    # in which both trials wait, then the one behind takes the other's checkpoint (as a rule: see below). The interval
+    # is under an iteration's 1,024-1,053 steps: Tune 2.60's synchronous PBT sets every trial's last perturbation to
+    # the time of the trial that reported last, so with 1024 a trial 1,022 steps past it skipped round 2 while the
+    # other waited there, paused for good (a local run of 2026-12-07 hung until killed). (Tune's
     # asynchronous PBT skips an exploit when the top trial saved no checkpoint at its own last check: over 4 trials,
     # seven asynchronous rounds made no exploit in one fresh-clone run of 2026-12-02, the trials' scores, a few short
     # episodes, mostly noise)
     p, pid = _run_isolated([sys.executable, "-m", "rlrun", "+experiment=ppo_cartpole", "tune=pbt", "tune.synch=true",
-                            "tune.num_samples=2", "stop.timesteps_total=3072", "tune.perturbation_interval=1024",
+                            "tune.num_samples=2", "stop.timesteps_total=3072", "tune.perturbation_interval=900",
                             "progress=false", "evaluation.interval=2", "evaluation.num_episodes=2"], tmp_path)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     assert p.stdout.count("rlrun: trial ") == 2 and "rlrun: best trial" in p.stdout, p.stdout[-3000:]
