@@ -66,9 +66,9 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     # 3 iterations of 1024 steps, synchronous PBT over two trials with a perturbation at every iteration: two rounds
     # in which both trials wait, then the one behind takes the other's checkpoint (as a rule: see below). The interval
-    # is under an iteration's 1,024-1,053 steps: Tune 2.60's synchronous PBT sets every trial's last perturbation to
-    # the time of the trial that reported last, so with 1024 a trial 1,022 steps past it skipped round 2 while the
-    # other waited there, paused for good (a local run of 2026-12-07 hung until killed). (Tune's
+    # is under an iteration's 1,024-1,053 steps, so that each trial's iteration 2 reaches round 2 (with 1024 a local
+    # run of 2026-12-07 on Tune's own synchronous PBT hung until killed: rlrun's SynchronousPBT, tested below, now
+    # takes such a trial into the round). (Tune's
     # asynchronous PBT skips an exploit when the top trial saved no checkpoint at its own last check: over 4 trials,
     # seven asynchronous rounds made no exploit in one fresh-clone run of 2026-12-02, the trials' scores, a few short
     # episodes, mostly noise)
@@ -285,6 +285,71 @@ def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_pat
     assert lines["CLASSIC"] == ["TERMINATED", "2"], p.stdout
     (classic,) = _runs(client, "classic")
     assert classic.data.params["algo.name"] == "MyTuneTrainer" and classic.data.params["loss.name"] == "MyTunePolicy"
+
+
+SYNCH_SCRIPT = textwrap.dedent("""
+    import json, os, sys, time
+    import ray
+    from ray import tune
+    from rlrun.app.tune_run import TuneSection, _scheduler
+
+    # the times each trial reports (time_attr t), by trial index, and the stop; one round every 100
+    SCENARIOS = {"skips": ([100, 200, 300], [101, 202, 303], 300), "ends": ([100, 150, 250], [101, 202, 303], 250)}
+
+    class Scripted(tune.Trainable):
+        def setup(self, config):
+            self.times = SCENARIOS[config["scenario"]][int(self.trial_id.split("_")[-1])]
+            self.i = 0
+
+        def step(self):
+            if (self.i == 0) == self.trial_id.endswith("1"):  # trial 1 reaches round 1 last, trial 0 later slower
+                time.sleep(2)
+            self.i += 1
+            return {"t": self.times[self.i - 1], "score": float(self.times[self.i - 1])}
+
+        def save_checkpoint(self, checkpoint_dir):
+            with open(os.path.join(checkpoint_dir, "i.json"), "w") as f:
+                json.dump(self.i, f)
+
+        def load_checkpoint(self, checkpoint_dir):
+            with open(os.path.join(checkpoint_dir, "i.json")) as f:
+                self.i = json.load(f)
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    for name, (_, _, stop) in SCENARIOS.items():
+        scheduler = _scheduler(TuneSection(metric="score", time_attr="t", perturbation_interval=100, synch=True,
+                                           quantile_fraction=0.5, hyperparam_mutations={"w": [1.0, 2.0]}))
+        results = tune.Tuner(
+            tune.with_resources(Scripted, {"cpu": 1}), param_space={"scenario": name, "w": 1.0},
+            tune_config=tune.TuneConfig(num_samples=2, scheduler=scheduler, metric="score", mode="max",
+                                        time_budget_s=60),  # a population that waits for good ends here
+            run_config=tune.RunConfig(stop={"t": stop}, storage_path=os.path.abspath("tune"), name=name,
+                                      verbose=0)).fit()
+        print(name.upper(), *[r.metrics.get("t") for r in sorted(results, key=lambda r: r.path)],
+              scheduler._num_perturbations, flush=True)
+    ray.shutdown()
+""")
+
+
+@pytest.mark.ray
+def test_synchronous_pbt_never_leaves_its_population_waiting_for_a_trial_that_skipped_a_round_or_ended(tmp_path):
+    # Tune 2.60's synchronous PBT, scripted: at round 1 (t >= 100) trial 1 reports last (101), and Tune sets both
+    # trials' last perturbation to 101. "skips": trial 0's 200 reaches round 2 (>= 200) but is 99 past 101, so Tune
+    # lets it go on to its stop (300) while trial 1 waits at 202 for it - for good. "ends": trial 0 reaches its stop
+    # (250) under round 2, its last result never reaches the scheduler, and trial 1 waits at 202. Both hung until
+    # the time budget with Tune's PopulationBasedTraining ([300, 202] and [250, 202], one round each); rlrun's
+    # SynchronousPBT takes trial 0 into round 2 at 200, and gives the round up when no live trial can bring it about
+    ray_tmp = tempfile.mkdtemp(prefix="rt")
+    try:
+        (tmp_path / "script.py").write_text(SYNCH_SCRIPT)
+        p, _ = _run_isolated([sys.executable, "script.py"], tmp_path, {"RAY_TMPDIR": ray_tmp}, timeout=300)
+        assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+        assert not _left_running(ray_tmp, str(tmp_path))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+    assert lines["SKIPS"] == ["300", "303", "2"], p.stdout  # both trials at their stop, after two rounds
+    assert lines["ENDS"] == ["250", "303", "1"], p.stdout  # trial 1 went on past the round given up
 
 
 def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refused_naming_the_key():

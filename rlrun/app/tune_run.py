@@ -193,10 +193,10 @@ def _scheduler(section: TuneSection) -> Any:
                              grace_period=int(section.grace_period), reduction_factor=section.reduction_factor)
     if section.scheduler != "pbt":
         return None
-    from ray.tune.schedulers import PopulationBasedTraining
+    from rlrun.app.tune_pbt import SynchronousPBT  # Tune's PopulationBasedTraining, its synch mode without hangs
 
     mutations = {k: _value(v, f"tune.hyperparam_mutations.{k}", True) for k, v in section.hyperparam_mutations.items()}
-    return PopulationBasedTraining(
+    return SynchronousPBT(
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
         quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability,
