@@ -79,3 +79,25 @@ def test_save_restore_round_trip(algo, tmp_path):
         assert float(sa.log_alpha) != 0.0  # it learned
     a.stop()
     b.stop()
+
+
+def test_a_restored_run_starts_its_envs_afresh_from_its_seed_and_step_count():
+    # before, the envs of a resumed run were built and seeded as at the run's start, so the episodes after a resume
+    # started from the initial states the run's first episodes started from
+    overrides = ["+experiment=ppo_cartpole", "tracking=none", "rollout.num_workers=0", "rollout.num_envs_per_worker=4"]
+    a = make_trainer(overrides)
+    start = a.workers.local_worker.slots[0].obs.copy()
+    a.train()
+    state = a.get_state()
+    b, c = make_trainer(overrides), make_trainer(overrides)
+    np.testing.assert_array_equal(b.workers.local_worker.slots[0].obs, start)  # built: the run's first states
+    b.set_state(state)
+    c.set_state(state)
+    resumed = b.workers.local_worker.slots[0].obs
+    assert not np.isclose(resumed, start).all(axis=1).any(), (resumed, start)  # no copy starts where one started
+    np.testing.assert_array_equal(resumed, c.workers.local_worker.slots[0].obs)  # the seed and step count's
+    before = b.timesteps_total
+    b.train()  # and it trains on from there
+    assert b.timesteps_total > before
+    for t in (a, b, c):
+        t.stop()

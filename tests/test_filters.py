@@ -82,7 +82,10 @@ def test_the_filter_is_checkpointed_and_a_resumed_run_continues_with_its_statist
         n_envs = trainer.workers.local_worker.num_envs
         assert trainer.policy.obs_filter.rs.n == n_envs  # a fresh trainer: only the first reset observations
         trainer.set_state(torch.load(first.checkpoint_dir / "policy.pt", weights_only=True))
-        np.testing.assert_array_equal(trainer.policy.obs_filter.rs.mean, saved["mean"].numpy())
+        # the saved statistics, and the first observations of the resumed envs (started afresh: a seed of their own)
+        assert trainer.policy.obs_filter.rs.n == int(saved["n"]) + n_envs
+        np.testing.assert_allclose(trainer.policy.obs_filter.rs.mean, saved["mean"].numpy(), atol=2e-3)
+        assert not np.array_equal(trainer.policy.obs_filter.rs.mean, saved["mean"].numpy())
     finally:
         trainer.stop()
     resumed = run(_cfg(tmp_path, "stop.training_iteration=3", "stop.timesteps_total=null",

@@ -92,7 +92,7 @@ class RolloutWorker(WorkerBase):
         self._started = False
         self.explore = True  # False: greedy actions (rlrun-eval ... explore=false output=<dir>)
         self.env_steps_sampled = 0
-        # copy c of worker w is seeded with seed + 1000 * w + c
+        # copy c of worker w is seeded with seed + 1000 * w + c (reseed: a resumed run's seed in its place)
         self._see(*self.env.reset(seed=spec.seed + 1000 * spec.worker_index))
 
     def _policies(self, factory: Any, cfg: Any) -> tuple[dict[str, str], dict[str, tuple], PolicyMap]:
@@ -247,8 +247,16 @@ class RolloutWorker(WorkerBase):
         self._eps_id[ended] = self._id_base + self._next_eps + np.arange(k)
         self._next_eps += k
 
-    def _restart_episodes(self) -> None:
-        """complete_episodes: unfinished episodes were dropped, so every copy starts afresh."""
+    def reseed(self, seed: int) -> None:
+        w = self.spec.worker_index
+        if w > 0:  # a remote worker's action noise too (the local worker's policies are the learner's, restored)
+            for policy in self.policy_map.values():
+                policy.reseed(seed + 1000 * w)
+        self._restart_episodes(seed + 1000 * w)
+
+    def _restart_episodes(self, seed: int | None = None) -> None:
+        """complete_episodes: unfinished episodes were dropped, so every copy starts afresh (``seed``: the
+        copies seeded from it, as in the constructor)."""
         self._agent_return[:] = 0.0
         self._took_part[:] = False
         self._ep_return[:] = 0.0
@@ -256,7 +264,7 @@ class RolloutWorker(WorkerBase):
         self._eps_id = self._new_ids(self.num_envs)
         for g in self.slots:
             g.restart()
-        self._see(*self.env.reset())
+        self._see(*self.env.reset(seed=seed))
 
     def stop(self) -> None:
         self.env.close()

@@ -129,6 +129,11 @@ class WorkerBase:
     def mark_interrupted(self) -> None:
         """The run stops without finishing (signal, failure); called before ``stop()``."""
 
+    def reseed(self, seed: int) -> None:
+        """A resumed run: start the envs afresh from ``seed`` in place of the run's seed (as the constructor
+        seeds them from it), so that they do not replay the episodes the run started with. Workers without
+        envs of their own ignore it."""
+
     def extra_metrics(self) -> dict[str, float]:
         """Metrics of this kind of worker beyond episodes (the policy server's requests): counts, so
         the WorkerSet sums them over its workers."""

@@ -56,6 +56,7 @@ class WorkerSet:
         self.policy_factory = policy_factory
         self.launch_dir = policy_factory.launch_dir
         self.global_timestep = 0  # the learner's env-step count, sent to workers with the weights
+        self.seed = cfg.seed  # the workers' envs' (reseed: a resumed run's)
         self.worker_cls = worker_class(cfg)
         self.num_workers = cfg.rollout.num_workers
         self._servers: RayServers | None = None  # the policy servers, when they are Ray workers
@@ -144,7 +145,7 @@ class WorkerSet:
                     from None
 
     def _make_actor(self, index: int) -> Any:
-        seed = self.cfg.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
+        seed = self.seed + RESTART_SEED_STRIDE * self._restarts_of.get(index, 0)
         spec = self._spec(seed, index)
         if self._servers is not None:
             spec = self._servers.spec_for(spec)
@@ -305,6 +306,14 @@ class WorkerSet:
                 for k, v in m.items():
                     out[k] = out.get(k, 0.0) + v
         return out
+
+    def reseed(self, seed: int) -> None:
+        """Every worker's envs start afresh from ``seed`` (a resumed run's, ``trainer.resume_seed``); a worker
+        restarted later takes its seeds from it too."""
+        self.seed = seed
+        self.local_worker.reseed(seed)
+        for w in self._remote.values():  # in order before the next sample (a dead one is restarted then, reseeded)
+            w.reseed.remote(seed)
 
     def mark_interrupted(self) -> None:
         """The run stops without finishing: every worker is told before ``stop()`` (a policy server

@@ -36,6 +36,12 @@ from rlrun.training.evaluator import Evaluator
 from rlrun.training.hooks import IterationHook, build_hooks
 
 
+def resume_seed(seed: int, timesteps: int) -> int:
+    """The workers' seed in a run resumed at ``timesteps`` env steps: fresh (its envs do not replay the
+    initial states they started the run with), still determined by the run's seed and where it resumed."""
+    return int(np.random.SeedSequence([seed % 2**63, timesteps]).generate_state(1)[0])
+
+
 class Trainer:
     """One run's training loop state: workers, the learner's policy map, counters."""
 
@@ -252,6 +258,8 @@ class Trainer:
             if pid in self._policy_returns:  # earlier checkpoints kept the default policy's too
                 self._policy_returns[pid] = deque(returns, maxlen=self.window)
         torch.set_rng_state(state["rng"]["torch"])
+        if self.timesteps_total:  # the envs were seeded as at the run's start: a resume starts them afresh
+            self.workers.reseed(resume_seed(self.cfg.seed, self.timesteps_total))
         for hook in self.hooks:  # e.g. a snapshot policy the checkpoint does not hold
             restored = getattr(hook, "restored", None)
             if restored is not None:
