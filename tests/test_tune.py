@@ -62,6 +62,20 @@ def _run_isolated(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
     return subprocess.CompletedProcess(argv, proc.returncode, out, err), proc.pid
 
 
+def _run_script(script: str, tmp_path: Path, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``script`` run isolated with its own Ray temp dir (removed after; nothing of it left running), and its
+    output's lines by their first word."""
+    ray_tmp = tempfile.mkdtemp(prefix="rt")
+    try:
+        (tmp_path / "script.py").write_text(script)
+        p, _ = _run_isolated([sys.executable, "script.py"], tmp_path, {"RAY_TMPDIR": ray_tmp}, timeout=timeout)
+        assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+        assert not _left_running(ray_tmp, str(tmp_path))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    return p, {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+
+
 @pytest.mark.ray
 def test_pbt_from_yaml_exploits_and_records_every_trial_in_mlflow(tmp_path):
     # 3 iterations of 1024 steps, synchronous PBT over two trials with a perturbation at every iteration: two rounds
@@ -257,15 +271,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.ray
 def test_tune_run_and_tuner_train_rlrun_algorithms_with_save_and_restore(tmp_path):
-    ray_tmp = tempfile.mkdtemp(prefix="rt")
-    try:
-        (tmp_path / "script.py").write_text(SCRIPT)
-        p, _ = _run_isolated([sys.executable, "script.py"], tmp_path, {"RAY_TMPDIR": ray_tmp})
-        assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
-        assert not _left_running(ray_tmp, str(tmp_path))
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+    p, lines = _run_script(SCRIPT, tmp_path)
     assert lines["GRID"][:2] == ["[2,", "2]"], p.stdout
     # restored from the grid's checkpoint at iteration 2: one more iteration, its env steps on top
     assert lines["RESTORED"][0] == "3" and int(lines["RESTORED"][1]) >= 3000, p.stdout
@@ -339,15 +345,7 @@ def test_synchronous_pbt_never_leaves_its_population_waiting_for_a_trial_that_sk
     # (250) under round 2, its last result never reaches the scheduler, and trial 1 waits at 202. Both hung until
     # the time budget with Tune's PopulationBasedTraining ([300, 202] and [250, 202], one round each); rlrun's
     # SynchronousPBT takes trial 0 into round 2 at 200, and gives the round up when no live trial can bring it about
-    ray_tmp = tempfile.mkdtemp(prefix="rt")
-    try:
-        (tmp_path / "script.py").write_text(SYNCH_SCRIPT)
-        p, _ = _run_isolated([sys.executable, "script.py"], tmp_path, {"RAY_TMPDIR": ray_tmp}, timeout=300)
-        assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
-        assert not _left_running(ray_tmp, str(tmp_path))
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    lines = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines() if line.split()}
+    p, lines = _run_script(SYNCH_SCRIPT, tmp_path, timeout=300)
     assert lines["SKIPS"] == ["300", "303", "2"], p.stdout  # both trials at their stop, after two rounds
     assert lines["ENDS"] == ["250", "303", "1"], p.stdout  # trial 1 went on past the round given up
 
