@@ -63,11 +63,27 @@ def test_first_batches_reproducible_and_ray_shut_down_after_each_job(tmp_path):
         print("rows", len(a), len(b))
         print("identical:", all(np.array_equal(a[k], b[k]) for k in a))
         print("workers differ:", not np.array_equal(a["obs"][:8], a["obs"][len(a) // 2:len(a) // 2 + 8]))
+        # a resumed run: the Ray workers' envs start afresh (not from the run's first states), the same each time
+        args = ["+experiment=ppo_cartpole", "rollout=ray", "rollout.num_workers=2", "tracking=none", "seed=7"]
+        t = make_trainer(args)
+        t.train()
+        state = t.get_state()
+        t.stop()
+        resumed = []
+        for _ in range(2):
+            t = make_trainer(args)
+            t.set_state(state)
+            resumed.append(t.sample_batch())
+            t.stop()
+        r = resumed[0]
+        print("resumed afresh:", all(not np.isclose(r["obs"][i], a["obs"][i]).all() for i in (0, len(a) // 2)))
+        print("resumed identical:", all(np.array_equal(r[k], resumed[1][k]) for k in r))
     """)
     p = subprocess.run(isolated([sys.executable, "-c", code]), cwd=tmp_path, capture_output=True, text=True,
                        env=ENV, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "identical: True" in p.stdout and "workers differ: True" in p.stdout, p.stdout
+    assert "resumed afresh: True" in p.stdout and "resumed identical: True" in p.stdout, p.stdout
     # each job's private Ray instance removed its session dir (logs, sockets) at shutdown
     assert not list(Path(os.environ["RAY_TMPDIR"]).glob("rlrun-ray-*"))
     rows = [int(x) for x in p.stdout.split("rows ")[1].split()[:2]]

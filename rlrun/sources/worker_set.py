@@ -312,8 +312,7 @@ class WorkerSet:
         restarted later takes its seeds from it too."""
         self.seed = seed
         self.local_worker.reseed(seed)
-        for w in self._remote.values():  # in order before the next sample (a dead one is restarted then, reseeded)
-            w.reseed.remote(seed)
+        self._call_remotes("reseed", 60.0, seed)  # a dead one is restarted by the next sample, from this seed
 
     def mark_interrupted(self) -> None:
         """The run stops without finishing: every worker is told before ``stop()`` (a policy server
@@ -321,14 +320,14 @@ class WorkerSet:
         self.local_worker.mark_interrupted()
         self._call_remotes("mark_interrupted", 10.0)
 
-    def _call_remotes(self, method: str, timeout: float) -> list[Any]:
-        """``method``'s answers of the remote workers that gave one within ``timeout`` s; a dead or
+    def _call_remotes(self, method: str, timeout: float, *args: Any) -> list[Any]:
+        """``method(*args)``'s answers of the remote workers that gave one within ``timeout`` s; a dead or
         slow worker is skipped (sampling notices a dead one and restarts it)."""
         if not self._remote:
             return []
         import ray
 
-        refs = [getattr(w, method).remote() for w in self._remote.values()]
+        refs = [getattr(w, method).remote(*args) for w in self._remote.values()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         out = []
         for ref in ready:
