@@ -13,7 +13,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from tests.conftest import REPO, isolated, run_cli
 
@@ -348,6 +350,36 @@ def test_synchronous_pbt_never_leaves_its_population_waiting_for_a_trial_that_sk
     p, lines = _run_script(SYNCH_SCRIPT, tmp_path, timeout=300)
     assert lines["SKIPS"] == ["300", "303", "2"], p.stdout  # both trials at their stop, after two rounds
     assert lines["ENDS"] == ["250", "303", "1"], p.stdout  # trial 1 went on past the round given up
+
+
+def test_a_checkpoint_of_another_trial_brings_its_weights_but_not_its_random_streams(tmp_path, monkeypatch):
+    # PBT's exploit restores another trial's checkpoint: before, the trial took the source's RNG states with its
+    # weights and drew the source's action noise and minibatches; now its own, from its seed (its own trial's
+    # checkpoint still gives back the RNG states exactly)
+    from rlrun import PPOTrainer
+
+    monkeypatch.chdir(tmp_path)  # the MLflow store: ./mlflow.db
+    cfg = {"env": "CartPole-v1", "train_batch_size": 200, "seed": 1}
+    source = PPOTrainer(config=cfg)
+    source.train()
+    saved = source.save(str(tmp_path / "checkpoint"))
+    policy = source.ctx.trainer.policy
+    streams = (policy.np_rng.bit_generator.state, policy.generator.get_state())
+    weights = policy.get_weights()
+    same, other = PPOTrainer(config={**cfg, "seed": 2}), PPOTrainer(config={**cfg, "seed": 2})
+    try:
+        same.restore(saved)
+        monkeypatch.setattr(type(other), "trial_id", property(lambda self: "other"))  # all "default" outside Tune
+        other.restore(saved)
+        for trainable, own in ((same, False), (other, True)):
+            p = trainable.ctx.trainer.policy
+            assert (p.np_rng.bit_generator.state != streams[0]) == own
+            assert (not torch.equal(p.generator.get_state(), streams[1])) == own
+            for k, w in p.get_weights().items():
+                np.testing.assert_array_equal(w, weights[k])
+    finally:
+        for trainable in (source, same, other):
+            trainable.stop()
 
 
 def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refused_naming_the_key():

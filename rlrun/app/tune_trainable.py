@@ -221,7 +221,10 @@ class RLrunTrainable(tune.Trainable):
             ctx.tracker.wait_uploaded(path)  # Tune moves the dir away when this returns
 
     def load_checkpoint(self, checkpoint: Any) -> None:
+        import torch
+
         from rlrun.training.checkpoint import load_checkpoint
+        from rlrun.training.trainer import resume_seed
 
         ctx = self.ctx
         assert ctx.trainer is not None
@@ -231,8 +234,14 @@ class RLrunTrainable(tune.Trainable):
         if source is None or source == str(self.trial_id):
             ctx.step_offset = int(ckpt.meta.get("tune_step_offset") or 0)
             return
-        # another trial's checkpoint (PBT's exploit): its env-step count is the source's; this trial's MLflow
-        # steps go on from its own last one, so its curves never step back over what it trained before
+        # another trial's checkpoint (PBT's exploit). Its RNG states are the source's: this trial draws its own
+        # actions and minibatches from its own seed (as its envs, reseeded by set_state: trainer.resume_seed)
+        seed = resume_seed(ctx.trainer.cfg.seed, ctx.trainer.timesteps_total)
+        torch.manual_seed(seed)
+        for policy in ctx.trainer.policies.values():
+            policy.reseed(seed)
+        # its env-step count is the source's; this trial's MLflow steps go on from its own last one, so its
+        # curves never step back over what it trained before
         own_last = max((step for _, step, _ in ctx.history.rows()), default=0)
         steps = ckpt.meta.get("timesteps_total")
         ctx.step_offset = max(0, own_last - int(steps)) if isinstance(steps, int | float) else 0
