@@ -161,3 +161,16 @@ def test_an_idle_writer_is_reused_only_in_the_working_directory_it_started_in(tm
             second.close()
     finally:
         first.close()
+
+
+def test_a_writer_leaves_a_run_another_writer_took_over_as_it_is(tmp_path):
+    # a Tune trial resumed in another actor while the actor it ran in sat in Tune's cache: that actor's writer sees
+    # its trainer go (EOF) or let go (End with no status, Tracker.end('')) and must not end the run the other
+    # writer now holds (its rlrun.writer_pid tag, set at each start); before, EOF marked it KILLED
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for last in (msg.Eof(), msg.End("")):
+        _, replies = serve(uri, [msg.Start({}, {}), msg.Tags({"rlrun.writer_pid": "1"}), last])  # pid 1: not us
+        assert MlflowClient(uri).get_run(replies[0].run_id).info.status == "RUNNING", last
+    _, replies = serve(uri, [msg.Start({}, {}), msg.End("")])  # its own run let go of: still running
+    assert isinstance(replies[-1], msg.Ended)
+    assert MlflowClient(uri).get_run(replies[0].run_id).info.status == "RUNNING"

@@ -382,6 +382,37 @@ def test_a_checkpoint_of_another_trial_brings_its_weights_but_not_its_random_str
             trainable.stop()
 
 
+def test_an_actor_whose_trial_went_on_in_another_actor_lets_go_of_its_run_without_ending_it(tmp_path, monkeypatch):
+    # Tune reuses actors (tune.reuse_actors): an actor it cached with a paused trial may see that trial taken up by
+    # another actor before it is given a trial again or stopped. It must then leave the trial's MLflow run to that
+    # actor: no end state, no final record (before, it ended the run while the trial went on elsewhere)
+    import mlflow
+
+    from rlrun import PPOTrainer
+    from rlrun.app.tune_trainable import HOLDER_FILE
+
+    monkeypatch.chdir(tmp_path)  # the MLflow store: ./mlflow.db
+    cfg = {"env": "CartPole-v1", "train_batch_size": 200, "seed": 1}
+    held, taken = PPOTrainer(config=cfg), PPOTrainer(config=cfg)
+    try:
+        for trainable in (held, taken):
+            trainable.train()
+        ctx = held.ctx
+        assert held.reset_config(dict(cfg)) and held.ctx is ctx  # its own trial again, still its own: it goes on
+        with open(Path(taken.ctx.out_dir) / HOLDER_FILE, "a") as f:
+            f.write("1-another\n")  # another actor took the trial up since
+        ids = {"held": held.ctx.tracker.wait_started(), "taken": taken.ctx.tracker.wait_started()}
+        ctx = taken.ctx
+        assert taken.reset_config(dict(cfg)) and taken.ctx is not ctx  # not its own now: it starts afresh
+    finally:
+        for trainable in (held, taken):
+            trainable.stop()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = {k: client.get_run(v) for k, v in ids.items()}
+    assert runs["taken"].info.status == "RUNNING" and "rlrun.stop_reason" not in runs["taken"].data.tags
+    assert runs["held"].info.status == "FINISHED" and runs["held"].data.tags["rlrun.stop_reason"] == "stopped by Tune"
+
+
 def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refused_naming_the_key():
     from rlrun import PPOTrainer
     from rlrun.app.rllib_files import translate
@@ -423,6 +454,7 @@ def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refus
      "tune.hyperparam_mutations.algo.gamma: grid takes a non-empty list of values, and only in tune.param_space"),
     (["-m", "seed=0,1"], "tune: a Tune population runs without -m"),
     (["tune.synch=sometimes"], "tune.synch: expected true or false, got 'sometimes'"),
+    (["tune.reuse_actors=1"], "tune.reuse_actors: expected true or false, got 1"),
 ])
 def test_a_bad_tune_section_is_one_line_before_ray_starts(tmp_path, args, line):
     p = run_cli(["+experiment=ppo_cartpole", "tune=pbt", *args], tmp_path, timeout=120)

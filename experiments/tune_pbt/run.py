@@ -8,6 +8,13 @@ writes results/<name>.md (per trial: the values it started with and ended with, 
 checkpoint, which MLflow run -, final return, env steps, whether it met 475) and results/<name>.png
 (return vs env steps per trial; a marker where it took another trial's checkpoint), and checks that
 no process of the run is left once ``rlrun`` has exited.
+
+    python experiments/tune_pbt/run.py --compare-reuse --rounds 3 --name reuse_2026-12-08 [overrides]
+
+runs the command ``--rounds`` times with ``tune.reuse_actors=true`` and ``=false`` each, alternating (the order
+reversed every other round), and writes results/<name>.md, .csv and .png: per run the wall time of the whole
+command, the trial processes (actors) that took trials up (each trial's ``rlrun/actors`` file), the exploits,
+and the trials' MLflow end states.
 """
 
 from __future__ import annotations
@@ -61,23 +68,84 @@ def trials(store: Path) -> list[dict[str, object]]:
     return rows
 
 
+def run_once(cmd: list[str], timeout: float) -> dict[str, object]:
+    """``cmd`` in a fresh directory: exit status, wall time, its ``rlrun`` lines, processes left, the trials'
+    MLflow records, and the actors (processes) that took trials up."""
+    with tempfile.TemporaryDirectory(prefix="rlrun-pbt-") as tmp:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log, _ = proc.communicate(timeout=timeout)
+        wall = time.perf_counter() - t0
+        holders = [ln for f in Path(tmp).glob("outputs/*/*/tune/*/*/rlrun/actors") for ln in f.read_text().split()]
+        return {"rc": proc.returncode, "wall": wall, "left": left_running(f"rlrun-ray-{proc.pid}-", tmp),
+                "log": "\n".join(ln for ln in log.splitlines() if ln.startswith("rlrun")),
+                "rows": trials(Path(tmp) / "mlflow.db"), "takeups": len(holders), "actors": len(set(holders))}
+
+
+def compare_reuse(args: argparse.Namespace, out: Path) -> None:
+    import statistics
+
+    runs = []
+    for i in range(args.rounds):
+        for reuse in (True, False) if i % 2 == 0 else (False, True):
+            cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides,
+                   f"tune.reuse_actors={str(reuse).lower()}"]
+            r = run_once(cmd, args.timeout)
+            rows = r["rows"]
+            runs.append({"round": i + 1, "reuse_actors": reuse, "exit": r["rc"], "wall_s": round(r["wall"], 1),
+                         "actors": r["actors"], "take_ups": r["takeups"],
+                         "exploits": sum(row["exploits"] for row in rows),
+                         "statuses": " ".join(sorted(str(row["status"]) for row in rows)),
+                         "met_475": sum(row["met"] == "true" for row in rows), "left": len(r["left"])})
+            print(runs[-1], flush=True)
+    keys = list(runs[0])
+    with open(out / f"{args.name}.csv", "w") as f:
+        f.write(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in runs))
+    med = {reuse: statistics.median(r["wall_s"] for r in runs if r["reuse_actors"] is reuse) for reuse in (True, False)}
+    lines = [f"# {args.name}: `rlrun +experiment=ppo_cartpole tune=pbt progress=false {' '.join(args.overrides)} "
+             f"tune.reuse_actors=true|false`", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in runs]
+    lines += ["", f"Median wall time: reuse {med[True]:.1f} s, no reuse {med[False]:.1f} s: "
+              f"**{med[True] / med[False]:.2f}x**"]
+    (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for reuse, color in ((True, "tab:blue"), (False, "tab:orange")):
+        pts = [(r["round"], r["wall_s"]) for r in runs if r["reuse_actors"] is reuse]
+        ax.plot(*zip(*pts, strict=True), "o-", color=color, label=f"tune.reuse_actors={str(reuse).lower()}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("wall time of the whole population (s)")
+    ax.set_title("PBT, 4 trials of ppo_cartpole: actors reused or not")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / f"{args.name}.png", dpi=110)
+    bad = [r for r in runs if r["exit"] != 0 or r["left"] or set(str(r["statuses"]).split()) != {"FINISHED"}]
+    sys.exit(1 if bad else 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="latest")
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--compare-reuse", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="rlrun-pbt-") as tmp:
-        cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        log, _ = proc.communicate(timeout=args.timeout)
-        wall = time.perf_counter() - t0
-        (out / f"{args.name}.log").write_text("\n".join(ln for ln in log.splitlines() if ln.startswith("rlrun")))
-        left = left_running(f"rlrun-ray-{proc.pid}-", tmp)
-        rows = trials(Path(tmp) / "mlflow.db")
+    if args.compare_reuse:
+        compare_reuse(args, out)
+        return
+    cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides]
+    r = run_once(cmd, args.timeout)
+    (out / f"{args.name}.log").write_text(str(r["log"]))
+    wall, left, rows = r["wall"], r["left"], r["rows"]
+    proc = argparse.Namespace(returncode=r["rc"])
     lines = [f"# {args.name}: `{' '.join(cmd)}`", "",
              f"exit status {proc.returncode}, wall time {wall:.0f} s, processes left after exit: {len(left)}", "",
              "| trial | MLflow run | status | started with | ended with | exploits | final return | env steps | "

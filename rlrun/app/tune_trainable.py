@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +42,8 @@ from rlrun.config.resources import MAX_TRIAL_CPUS
 from rlrun.config.schemas import RunConfig
 from rlrun.config.typed import ConfigError
 
+HOLDER_FILE = "actors"  # in a trial's output dir: the actors (processes) that took the trial up, a line each
+_PROCESS = uuid.uuid4().hex[:12]
 UNBOUNDED = 10**15  # an RLlib-style trial's own budget: Tune's ``stop`` ends it
 CHECKPOINT_SUBDIR = "rlrun"  # in a Tune checkpoint dir: the rlrun checkpoint
 RLLIB_NAMES = {"episode_reward_mean": "rollout/episode_return_mean",
@@ -98,6 +101,11 @@ def _own_seed(config: dict[str, Any], path: Path) -> dict[str, Any]:
     return config
 
 
+def _holder() -> str:
+    """This process, as a trial's holder file names it (a pid alone could be another process's later)."""
+    return f"{os.getpid()}-{_PROCESS}"
+
+
 class RLrunTrainable(tune.Trainable):
     """A Tune Trainable that trains one rlrun algorithm (``algo``: an RLlib run name, e.g. "PPO", or a
     trainer class from ``build_trainer``); ``trainable(algo)`` makes one."""
@@ -113,6 +121,9 @@ class RLrunTrainable(tune.Trainable):
         trial_dir = Path(storage.trial_fs_path) if storage is not None else Path(self.logdir)
         out_dir = trial_dir / "rlrun"  # the trial's output dir: its run's files, seed and exploit count
         config = _own_seed(config, out_dir / "tune_seed")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / HOLDER_FILE, "a") as f:  # this actor has the trial's MLflow run now
+            f.write(_holder() + "\n")
         self._trial, self._config = str(self.trial_id), copy.deepcopy(config)
         experiment = storage.experiment_dir_name if storage is not None else None
         cfg, self.own_stop = self._run_config(config, experiment)
@@ -277,13 +288,29 @@ class RLrunTrainable(tune.Trainable):
         ctx = getattr(self, "ctx", None)
         if ctx is not None and not getattr(self, "_finished", False):
             self._finished = True
-            finish_run(ctx, final_checkpoint=final_checkpoint)
+            if self._holds_trial():
+                finish_run(ctx, final_checkpoint=final_checkpoint)
+                return
+            # Tune resumed the trial in another actor while this one sat in its actor cache: that actor has the
+            # trial's run now, so this one lets go of it (no end state, no final record) and stops its workers
+            ctx.history.close()
+            try:
+                if ctx.trainer is not None:
+                    ctx.trainer.stop()
+            finally:
+                ctx.tracker.end("")  # no end state: the writer stays for this actor's next trial
+
+    def _holds_trial(self) -> bool:
+        """Whether this actor is the last that took up its trial (an actor Tune cached may not be)."""
+        path = Path(self.ctx.out_dir) / HOLDER_FILE
+        return not path.is_file() or path.read_text().splitlines()[-1:] == [_holder()]
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """``reuse_actors=True``: this actor now trains ``new_config`` for the trial Tune has set (the same
-        one resumed, or another): the previous trial's run ends, the new one starts or continues. Saves
-        the actor's start (imports: seconds) at each of PBT's pauses."""
-        if str(self.trial_id) == self._trial and new_config == self._config:
+        """``reuse_actors=True`` (``rlrun ... tune=``'s setting): this actor now trains ``new_config`` for the
+        trial Tune has set (the same one resumed, or another), saving an actor's start (imports, the MLflow
+        writer: seconds) at each of PBT's pauses and at each new trial. The previous trial's run ends, or is let
+        go where that trial went on in another actor meanwhile; the new one starts or continues."""
+        if str(self.trial_id) == self._trial and new_config == self._config and self._holds_trial():
             return True  # the same trial again, unchanged: its trainer (and its envs' episodes) go on
         self.cleanup()
         self._finished = False

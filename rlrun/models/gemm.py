@@ -7,7 +7,8 @@ picks by instruction set. On a 2-core AMD EPYC (Zen 5, 2026-12-07, two threads) 
 163 us in MKL and 83 us in oneDNN, a 256x400x300 one 295 and 143 us, and a round of ``sac_halfcheetah``
 (one env step, one update) 3.64 ms against 4.41 ms (0.79-0.94x over the session; experiments/continuous_control).
 Both compute in float32 (they round differently, as two BLAS libraries do). Small products stay with torch's BLAS:
-oneDNN's call costs ~15 us (256x64x64: 13 us in MKL, 16 us in oneDNN), hence ``ONEDNN_MIN_MACS``.
+oneDNN's call costs ~15 us (256x64x64: 13 us in MKL, 16 us in oneDNN), hence ``ONEDNN_MIN_MACS``. Without AVX-512
+(a Zen 3 EPYC, 2026-12-08, two threads) MKL is the faster: 224 against 267 us for 256x256x256, so ``auto`` keeps it.
 Autograd's products (``nn.Linear``) are torch's as always; only the hand-derived updates call these (SAC's compiled
 by ``torch.compile`` too, ``twin_q_compiled``: oneDNN's product is then an operator of rlrun's own,
 ``rlrun::onednn_linear``).

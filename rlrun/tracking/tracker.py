@@ -236,7 +236,7 @@ class MlflowTracker(Tracker):
         self._poll()
 
     def end(self, status: str = "FINISHED", timeout: float = 300.0) -> None:
-        """Send the rest, mark the run ``status`` and wait until the child has written everything."""
+        """Send the rest, mark the run ``status`` ('': leave it as it is) and wait until the child wrote it all."""
         if self._ended:
             return
         error: TrackingError | None = None

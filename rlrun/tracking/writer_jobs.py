@@ -61,10 +61,18 @@ def one_run(run: RunJobs, jobs: queue.Queue[Any]) -> bool:
 
 
 def _on_eof(run: RunJobs, job: msg.Eof) -> bool:
-    """The trainer died without ending the run."""
-    if run.run_id is not None:
+    """The trainer died without ending the run: KILLED, unless another writer has taken the run over since (a
+    Tune trial resumed in another actor while this one sat in Tune's actor cache: rlrun/app/tune_trainable.py)."""
+    if run.run_id is not None and _holds(run):
         run.client.set_terminated(run.run_id, "KILLED")
     return True
+
+
+def _holds(run: RunJobs) -> bool:
+    import os
+
+    holder = run.client.get_run(run.id).data.tags.get("rlrun.writer_pid")
+    return holder in (None, str(os.getpid()))
 
 
 def _on_start(run: RunJobs, job: msg.Start) -> bool:
@@ -188,7 +196,8 @@ def _on_tags(run: RunJobs, job: msg.Tags) -> bool:
 
 
 def _on_end(run: RunJobs, job: msg.End) -> bool:
-    run.client.set_terminated(run.id, job.status)
+    if job.status:  # '' : the trainer lets go of the run, which goes on elsewhere (Tracker.end(''))
+        run.client.set_terminated(run.id, job.status)
     run.reply(msg.Ended())
     if job.pending_file and not run.failed:  # complete: the record rlrun-wait would replay is not needed
         Path(job.pending_file).unlink(missing_ok=True)

@@ -96,7 +96,7 @@ class Model:
 
 @dataclass(frozen=True)
 class End:
-    status: str
+    status: str  # the run's end state; '' leaves it as it is (Tracker.end(''))
     # set when the trainer does not wait (``tracking.wait: false``): the record of the run it left
     # (rlrun/tracking/pending.py); the writer deletes it once the run is complete and leaves it for
     # ``rlrun-wait`` to replay if a job fails (it prints why to stderr: nobody else would hear it)
