@@ -352,6 +352,41 @@ def test_synchronous_pbt_never_leaves_its_population_waiting_for_a_trial_that_sk
     assert lines["ENDS"] == ["250", "303", "1"], p.stdout  # trial 1 went on past the round given up
 
 
+def test_asynchronous_pbt_pauses_a_trial_to_let_another_run_only_where_they_take_turns():
+    # Tune's asynchronous PBT pauses a trial that reaches its perturbation while any other trial is PENDING or PAUSED
+    # (time sharing, for more trials than CPUs). Where every trial runs at once (tune.time_share null -> false), the
+    # other is only restarting after its own exploit, and the pause cost this one a restart for nothing
+    from ray.tune.experiment import Trial
+
+    from rlrun.app.tune_pbt import SynchronousPBT
+
+    class Controller:
+        search_alg = None
+
+        def __init__(self, trials: list) -> None:
+            self.trials = trials
+
+        def get_trials(self) -> list:
+            return self.trials
+
+    def decide(time_share: bool) -> str:
+        pbt = SynchronousPBT(time_attr="t", perturbation_interval=10, metric="score", mode="max",
+                             quantile_fraction=0.25, hyperparam_mutations={"lr": [1e-3, 1e-2]}, time_share=time_share)
+        trials = [Trial("PPO", config={"lr": 1e-3}, stub=True, trial_id=str(i)) for i in range(4)]
+        controller = Controller(trials)
+        for t in trials:
+            pbt.on_trial_add(controller, t)
+            t.set_status(Trial.RUNNING)
+        for i, t in enumerate(trials):  # first results, under the interval
+            pbt.on_trial_result(controller, t, {"t": 5, "score": float(i), "training_iteration": 1})
+        trials[3].set_status(Trial.PAUSED)  # the top trial, paused (restarting, or waiting for a CPU)
+        # trial 1 reaches its perturbation in the middle of the population: neither exploited nor saved
+        return str(pbt.on_trial_result(controller, trials[1], {"t": 15, "score": 1.0, "training_iteration": 2}))
+
+    assert decide(time_share=True) == "PAUSE"  # Tune's own
+    assert decide(time_share=False) == "CONTINUE"
+
+
 def test_a_checkpoint_of_another_trial_brings_its_weights_but_not_its_random_streams(tmp_path, monkeypatch):
     # PBT's exploit restores another trial's checkpoint: before, the trial took the source's RNG states with its
     # weights and drew the source's action noise and minibatches; now its own, from its seed (its own trial's
@@ -383,7 +418,7 @@ def test_a_checkpoint_of_another_trial_brings_its_weights_but_not_its_random_str
 
 
 def test_an_actor_whose_trial_went_on_in_another_actor_lets_go_of_its_run_without_ending_it(tmp_path, monkeypatch):
-    # Tune reuses actors (tune.reuse_actors): an actor it cached with a paused trial may see that trial taken up by
+    # Tune reuses actors (reuse_actors=True): an actor it cached with a paused trial may see that trial taken up by
     # another actor before it is given a trial again or stopped. It must then leave the trial's MLflow run to that
     # actor: no end state, no final record (before, it ended the run while the trial went on elsewhere)
     import mlflow
@@ -454,7 +489,7 @@ def test_a_trials_cpu_share_is_rllibs_num_cpus_for_driver_and_a_bad_one_is_refus
      "tune.hyperparam_mutations.algo.gamma: grid takes a non-empty list of values, and only in tune.param_space"),
     (["-m", "seed=0,1"], "tune: a Tune population runs without -m"),
     (["tune.synch=sometimes"], "tune.synch: expected true or false, got 'sometimes'"),
-    (["tune.reuse_actors=1"], "tune.reuse_actors: expected true or false, got 1"),
+    (["tune.time_share=sometimes"], "tune.time_share: expected true or false or null, got 'sometimes'"),
 ])
 def test_a_bad_tune_section_is_one_line_before_ray_starts(tmp_path, args, line):
     p = run_cli(["+experiment=ppo_cartpole", "tune=pbt", *args], tmp_path, timeout=120)

@@ -9,12 +9,12 @@ checkpoint, which MLflow run -, final return, env steps, whether it met 475) and
 (return vs env steps per trial; a marker where it took another trial's checkpoint), and checks that
 no process of the run is left once ``rlrun`` has exited.
 
-    python experiments/tune_pbt/run.py --compare-reuse --rounds 3 --name reuse_2026-12-08 [overrides]
+    python experiments/tune_pbt/run.py --compare tune.reuse_actors=true,false --rounds 3 --name reuse_2026-12-08
 
-runs the command ``--rounds`` times with ``tune.reuse_actors=true`` and ``=false`` each, alternating (the order
-reversed every other round), and writes results/<name>.md, .csv and .png: per run the wall time of the whole
-command, the trial processes (actors) that took trials up (each trial's ``rlrun/actors`` file), the exploits,
-and the trials' MLflow end states.
+runs the command ``--rounds`` times with each of the two values of the key, alternating (the order reversed every
+other round), and writes results/<name>.md, .csv and .png: per run the wall time of the whole command, the trial
+processes (actors) that took trials up and how often trials were started or resumed (each trial's ``rlrun/actors``
+file), the exploits, the trials that met 475, and the trials' MLflow end states.
 """
 
 from __future__ import annotations
@@ -82,17 +82,18 @@ def run_once(cmd: list[str], timeout: float) -> dict[str, object]:
                 "rows": trials(Path(tmp) / "mlflow.db"), "takeups": len(holders), "actors": len(set(holders))}
 
 
-def compare_reuse(args: argparse.Namespace, out: Path) -> None:
+def compare(args: argparse.Namespace, out: Path) -> None:
     import statistics
 
+    key, values = args.compare.split("=", 1)
+    a, b = values.split(",")
     runs = []
     for i in range(args.rounds):
-        for reuse in (True, False) if i % 2 == 0 else (False, True):
-            cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides,
-                   f"tune.reuse_actors={str(reuse).lower()}"]
+        for value in (a, b) if i % 2 == 0 else (b, a):
+            cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides, f"{key}={value}"]
             r = run_once(cmd, args.timeout)
             rows = r["rows"]
-            runs.append({"round": i + 1, "reuse_actors": reuse, "exit": r["rc"], "wall_s": round(r["wall"], 1),
+            runs.append({"round": i + 1, key: value, "exit": r["rc"], "wall_s": round(r["wall"], 1),
                          "actors": r["actors"], "take_ups": r["takeups"],
                          "exploits": sum(row["exploits"] for row in rows),
                          "statuses": " ".join(sorted(str(row["status"]) for row in rows)),
@@ -101,12 +102,11 @@ def compare_reuse(args: argparse.Namespace, out: Path) -> None:
     keys = list(runs[0])
     with open(out / f"{args.name}.csv", "w") as f:
         f.write(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in runs))
-    med = {reuse: statistics.median(r["wall_s"] for r in runs if r["reuse_actors"] is reuse) for reuse in (True, False)}
+    med = {v: statistics.median(float(r["wall_s"]) for r in runs if r[key] == v) for v in (a, b)}
     lines = [f"# {args.name}: `rlrun +experiment=ppo_cartpole tune=pbt progress=false {' '.join(args.overrides)} "
-             f"tune.reuse_actors=true|false`", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+             f"{key}={a}|{b}`", "", "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in runs]
-    lines += ["", f"Median wall time: reuse {med[True]:.1f} s, no reuse {med[False]:.1f} s: "
-              f"**{med[True] / med[False]:.2f}x**"]
+    lines += ["", f"Median wall time: {key}={a} {med[a]:.1f} s, {key}={b} {med[b]:.1f} s: **{med[a] / med[b]:.2f}x**"]
     (out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     import matplotlib
@@ -115,12 +115,12 @@ def compare_reuse(args: argparse.Namespace, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for reuse, color in ((True, "tab:blue"), (False, "tab:orange")):
-        pts = [(r["round"], r["wall_s"]) for r in runs if r["reuse_actors"] is reuse]
-        ax.plot(*zip(*pts, strict=True), "o-", color=color, label=f"tune.reuse_actors={str(reuse).lower()}")
+    for value, color in ((a, "tab:blue"), (b, "tab:orange")):
+        pts = [(r["round"], r["wall_s"]) for r in runs if r[key] == value]
+        ax.plot(*zip(*pts, strict=True), "o-", color=color, label=f"{key}={value}")
     ax.set_xlabel("round")
     ax.set_ylabel("wall time of the whole population (s)")
-    ax.set_title("PBT, 4 trials of ppo_cartpole: actors reused or not")
+    ax.set_title(f"PBT, 4 trials of ppo_cartpole: {key}")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / f"{args.name}.png", dpi=110)
@@ -132,14 +132,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="latest")
     ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--compare-reuse", action="store_true")
+    ap.add_argument("--compare", help="KEY=A,B: the command with KEY=A and KEY=B, --rounds times each")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    if args.compare_reuse:
-        compare_reuse(args, out)
+    if args.compare:
+        compare(args, out)
         return
     cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides]
     r = run_once(cmd, args.timeout)

@@ -14,6 +14,12 @@ Two orderings leave a population waiting for good, its trials PAUSED, nothing ru
 2. A trial's last result (its ``stop`` reached, or an error) does not reach the scheduler, so a trial that ends
    while the others wait at a round never brings the round about. When every live trial waits at a round that
    none can bring about, the round is given up and they go on (the population is at its end).
+
+Asynchronous PBT (``synch=False``) shares time: a trial that reaches its perturbation while any other trial is
+PENDING or PAUSED is paused, so that more trials than CPUs take turns. When every trial runs at once (rlrun's
+default: ``tune.time_share`` null), a trial is only PENDING while it restarts after its own exploit, and pausing
+another then costs that one a restart (a new process, its envs' episodes in progress) for nothing; with
+``time_share=False`` only a trial's own exploit pauses it.
 """
 
 from __future__ import annotations
@@ -25,8 +31,13 @@ from ray.tune.schedulers import PopulationBasedTraining
 
 
 class SynchronousPBT(PopulationBasedTraining):
-    """``PopulationBasedTraining`` (pass ``synch=True``) whose rounds every trial reaches and none waits at for
-    a trial that has ended (the module docstring says how Tune's own can hang)."""
+    """``PopulationBasedTraining`` whose rounds (``synch=True``) every trial reaches and none waits at for a trial
+    that has ended, and which (``synch=False``, ``time_share=False``) pauses a trial for its own exploit only
+    (the module docstring says how Tune's own can hang, and when its time sharing costs restarts)."""
+
+    def __init__(self, *args: Any, time_share: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.time_share = time_share
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         time = result.get(self._time_attr)
@@ -39,7 +50,10 @@ class SynchronousPBT(PopulationBasedTraining):
                 state.last_perturbation_time = min(state.last_perturbation_time, since)
             else:  # not yet: under one interval from its last perturbation, whatever the last reporter's time
                 state.last_perturbation_time = max(state.last_perturbation_time, since + 1)
-        return str(super().on_trial_result(tune_controller, trial, result))
+        decision = str(super().on_trial_result(tune_controller, trial, result))
+        if decision == self.PAUSE and not self._synch and not self.time_share and trial.status != Trial.PAUSED:
+            return str(self.CONTINUE)  # paused only to let another trial run: every trial runs at once here
+        return decision
 
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         chosen = super().choose_trial_to_run(tune_controller)

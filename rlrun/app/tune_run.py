@@ -50,7 +50,8 @@ class TuneSection:
     num_cpus: int | None = None  # the local Ray instance's CPUs (null: this machine's)
     storage_path: str | None = None  # null: <the run's output dir>/tune
     name: str | None = None  # the Tune experiment (null: the rlrun experiment's name)
-    reuse_actors: bool = False  # true: a trial resumed or started takes up a cached trial actor (Tune's reuse_actors)
+    time_share: bool | None = None  # async pbt: pause a trial at its perturbation while another waits (null: only
+    #                                  when the trials cannot all run at once)
 
 
 SCHEDULERS = ("pbt", "asha", "fifo")
@@ -79,9 +80,11 @@ def parse_section(raw: Mapping[str, Any]) -> TuneSection:
                                                    and 0 < section.cpus_per_trial <= MAX_TRIAL_CPUS):
         raise ConfigError(f"tune.cpus_per_trial: expected a number in (0, {MAX_TRIAL_CPUS}], "
                           f"got {section.cpus_per_trial!r}")
-    for key in ("synch", "reuse_actors"):
-        if not isinstance(getattr(section, key), bool):
-            raise ConfigError(f"tune.{key}: expected true or false, got {getattr(section, key)!r}")
+    for key in ("synch", "time_share"):
+        value = getattr(section, key)
+        if not isinstance(value, bool) and not (key == "time_share" and value is None):
+            raise ConfigError(f"tune.{key}: expected true or false{' or null' if key == 'time_share' else ''}, "
+                              f"got {value!r}")
     if section.mode not in ("max", "min"):
         raise ConfigError(f"tune.mode: expected max or min, got {section.mode!r}")
     for key in ("perturbation_interval", "burn_in_period", "quantile_fraction", "resample_probability", "max_t",
@@ -202,7 +205,7 @@ def _scheduler(section: TuneSection) -> Any:
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
         quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability,
-        synch=section.synch)
+        synch=section.synch, time_share=section.time_share is not False)
 
 
 def _space(section: TuneSection) -> dict[str, Any]:
@@ -254,18 +257,20 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
               f"'{cfg.tracking.experiment_name or cfg.experiment or 'Default'}' at {base['tracking']['tracking_uri']}; "
               f"Tune's files in "
               f"{storage / name}", flush=True)
-        # every trial at once by default: PBT pauses a trial at each perturbation while another waits, and each
-        # resume starts the trial's actor again (seconds of imports). tune.reuse_actors=true has Tune keep actors for
-        # the next trial (an actor kept with a trial that went on in another lets go of that trial's MLflow run:
-        # RLrunTrainable.reset_config); off by default: over 3 pairs of the PBT population of conf/tune/pbt.yaml
-        # (experiments/tune_pbt, 2026-12-08) it started 5-15 processes against 11-16, but Tune paused the trials
-        # more often (10-34 take-ups against 11-16) and the median wall time was 1.12x
-        cpus = section.cpus_per_trial or min(1.0, ray.available_resources().get("CPU", 1.0) / section.num_samples)
+        # every trial at once by default (a trial waiting for CPUs is paused and restarted at each perturbation), and
+        # then only its own exploit pauses a trial (tune.time_share). Each restart starts the trial's actor again
+        # (seconds of imports): Tune's reuse_actors was measured (experiments/tune_pbt, 2026-12-08) and is not used:
+        # no faster (1.02-1.12x), and its trials' curves had gaps and fewer of them met the target
+        total = ray.available_resources().get("CPU", 1.0)
+        cpus = section.cpus_per_trial or min(1.0, total / section.num_samples)
+        if section.time_share is None and scheduler is not None and hasattr(scheduler, "time_share"):
+            # PBT's time sharing only where the trials take turns: not when every one gets its CPUs at once
+            n = section.num_samples
+            scheduler.time_share = not (cpus * n <= total + 1e-9 and (section.max_concurrent_trials or n) >= n)
         tuner = tune.Tuner(
             tune.with_resources(RLrunTrainable, {"cpu": cpus}), param_space={"rlrun": base, **space},
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
-                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials,
-                                        reuse_actors=section.reuse_actors),
+                                        mode=section.mode, max_concurrent_trials=section.max_concurrent_trials),
             run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=1, progress_reporter=reporter,
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
         results = tuner.fit()

@@ -306,10 +306,10 @@ class RLrunTrainable(tune.Trainable):
         return not path.is_file() or path.read_text().splitlines()[-1:] == [_holder()]
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
-        """``reuse_actors=True`` (``rlrun ... tune=``'s setting): this actor now trains ``new_config`` for the
-        trial Tune has set (the same one resumed, or another), saving an actor's start (imports, the MLflow
-        writer: seconds) at each of PBT's pauses and at each new trial. The previous trial's run ends, or is let
-        go where that trial went on in another actor meanwhile; the new one starts or continues."""
+        """Tune's ``reuse_actors=True`` (``tune.run``'s argument; ``rlrun ... tune=`` does not set it): this actor
+        now trains ``new_config`` for the trial Tune has set (the same one resumed, or another), saving an actor's
+        start (imports, the MLflow writer: seconds). The previous trial's run ends, or is let go where that trial
+        went on in another actor meanwhile; the new one starts or continues."""
         if str(self.trial_id) == self._trial and new_config == self._config and self._holds_trial():
             return True  # the same trial again, unchanged: its trainer (and its envs' episodes) go on
         self.cleanup()
