@@ -144,10 +144,9 @@ def main() -> None:
     cmd = ["rlrun", "+experiment=ppo_cartpole", "tune=pbt", "progress=false", *args.overrides]
     r = run_once(cmd, args.timeout)
     (out / f"{args.name}.log").write_text(str(r["log"]))
-    wall, left, rows = r["wall"], r["left"], r["rows"]
-    proc = argparse.Namespace(returncode=r["rc"])
+    rc, wall, left, rows = r["rc"], r["wall"], r["left"], r["rows"]
     lines = [f"# {args.name}: `{' '.join(cmd)}`", "",
-             f"exit status {proc.returncode}, wall time {wall:.0f} s, processes left after exit: {len(left)}", "",
+             f"exit status {rc}, wall time {wall:.0f} s, processes left after exit: {len(left)}", "",
              "| trial | MLflow run | status | started with | ended with | exploits | final return | env steps | "
              "met 475 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -177,7 +176,7 @@ def main() -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / f"{args.name}.png", dpi=110)
-    sys.exit(0 if proc.returncode == 0 and not left else 1)
+    sys.exit(0 if rc == 0 and not left else 1)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def _scheduler(section: TuneSection) -> Any:
         time_attr=section.time_attr, perturbation_interval=section.perturbation_interval,
         burn_in_period=section.burn_in_period, hyperparam_mutations=mutations,
         quantile_fraction=section.quantile_fraction, resample_probability=section.resample_probability,
-        synch=section.synch, time_share=section.time_share is not False)
+        synch=section.synch)  # its time_share is set in run_tune, where the CPUs are known
 
 
 def _space(section: TuneSection) -> dict[str, Any]:
@@ -239,6 +239,7 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
     import ray
     from ray import tune
 
+    from rlrun.app.tune_pbt import SynchronousPBT
     from rlrun.app.tune_trainable import RLrunTrainable
     from rlrun.sources.ray_instance import init_ray, shutdown_ray
 
@@ -263,10 +264,11 @@ def run_tune(cfg: RunConfig, unresolved: Any, raw_section: Mapping[str, Any], la
         # no faster (1.02-1.12x), and its trials' curves had gaps and fewer of them met the target
         total = ray.available_resources().get("CPU", 1.0)
         cpus = section.cpus_per_trial or min(1.0, total / section.num_samples)
-        if section.time_share is None and scheduler is not None and hasattr(scheduler, "time_share"):
-            # PBT's time sharing only where the trials take turns: not when every one gets its CPUs at once
+        if isinstance(scheduler, SynchronousPBT):
+            # PBT's time sharing (null) only where the trials take turns: not when every one gets its CPUs at once
             n = section.num_samples
-            scheduler.time_share = not (cpus * n <= total + 1e-9 and (section.max_concurrent_trials or n) >= n)
+            all_at_once = cpus * n <= total + 1e-9 and (section.max_concurrent_trials or n) >= n
+            scheduler.time_share = not all_at_once if section.time_share is None else section.time_share
         tuner = tune.Tuner(
             tune.with_resources(RLrunTrainable, {"cpu": cpus}), param_space={"rlrun": base, **space},
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=section.num_samples, metric=section.metric,
